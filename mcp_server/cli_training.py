@@ -123,13 +123,25 @@ def train_status(
 
 @policy_app.command("serve")
 def policy_serve(
-    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default RLIDE_POLICY_HOST, 127.0.0.1); off loopback: a token.")
+    ] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default RLIDE_POLICY_PORT, 8766).")] = None,
 ) -> None:
-    """Serve /v1/chat/completions and /v1/models; calls under /episodes/{id}/v1 are recorded with logprobs."""
+    """Serve /v1/chat/completions and /v1/models; calls under /episodes/{id}/v1 are recorded with logprobs.
+
+    With RLIDE_POLICY_TOKEN set, requests need `Authorization: Bearer <token>` (an OpenAI client's api_key).
+
+    Binding anything but loopback without a token is refused."""
     settings = cli_settings()
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        raise fail("the policy endpoint has no authentication yet: bind it to loopback and put a proxy in front")
+    from training.http_auth import InsecureBind, check_bind
+
+    bind = host or settings.policy_host
+    token = settings.policy_token.get_secret_value() if settings.policy_token else None
+    try:
+        check_bind(bind, token, token_env="RLIDE_POLICY_TOKEN")  # before the model loads
+    except InsecureBind as exc:
+        raise fail(str(exc)) from exc
     from mcp_server.logs import configure_logging
 
     configure_logging(settings)
@@ -137,7 +149,13 @@ def policy_serve(
     from training.gateway import serve
 
     try:
-        serve(_backend_config(settings), settings.episode_db_url, host=host, port=port or settings.policy_port)
+        serve(
+            _backend_config(settings),
+            settings.episode_db_url,
+            host=bind,
+            port=port or settings.policy_port,
+            token=token,
+        )
     except BackendError as exc:
         raise fail(str(exc)) from exc
 

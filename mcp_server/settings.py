@@ -19,9 +19,9 @@ from pydantic_settings import (
 )
 
 from training.db import mask_url_password
+from training.http_auth import requires_token
 
 DEFAULT_HOME = Path("~/.local/share/rlide")
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def config_file() -> Path:
@@ -77,7 +77,12 @@ class Settings(BaseSettings):
     training_base_model: str = Field(
         "tiny-qwen2", description="Base model of the student: tiny-qwen2 (cpu) or a Hugging Face id."
     )
+    policy_host: str = Field("127.0.0.1", description="Bind address for `rlide policy serve`.")
     policy_port: int = Field(8766, ge=1, le=65535, description="Port of the OpenAI-compatible policy endpoint.")
+    policy_token: SecretStr | None = Field(
+        None,
+        description="Bearer token (an OpenAI client's api_key) for the policy endpoint; mandatory off loopback.",
+    )
 
     @field_validator("home", "log_file", "workspace", mode="after")
     @classmethod
@@ -110,12 +115,12 @@ class Settings(BaseSettings):
 
     @property
     def http_requires_token(self) -> bool:
-        return self.http_host not in LOOPBACK_HOSTS
+        return requires_token(self.http_host)
 
     def public_dict(self) -> dict[str, object]:
         """The settings as shown to a person: secrets masked, passwords in URLs hidden."""
         data = self.model_dump(mode="json")
-        for secret in ("http_token", "turbopuffer_api_key", "embeddings_api_key"):
+        for secret in ("http_token", "policy_token", "turbopuffer_api_key", "embeddings_api_key"):
             data[secret] = "***" if getattr(self, secret) else None
         data["database_url"] = mask_url_password(self.episode_db_url)
         data["config_file"] = str(config_file())

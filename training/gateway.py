@@ -11,6 +11,10 @@
 An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL produces a policy
 episode whose every assistant turn is exactly what was sampled, which is what GRPO trains on.
 
+Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bearer <token>`, which is
+what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
+(`training.http_auth`, the same rule and middleware as the MCP HTTP transport).
+
 The model behind it is a `PolicyEngine`: `TransformersEngine` serves the cpu backend's checkpoints
 (the tiny model) and reloads when a newer checkpoint appears. This module imports no torch; the
 engine does, when it is built.
@@ -32,11 +36,13 @@ from starlette.routing import Route
 
 from training.backends.base import BackendConfig, checkpoint_steps
 from training.codec import CHOICE_TAG, encode_choice
+from training.http_auth import check_bind, protect
 from training.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
 from training.redact import redact
 from training.store import EpisodeClosed, EpisodeNotFound, EpisodeStore
 
 MAX_TOKENS_LIMIT = 4096
+TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 
 
 @dataclass
@@ -203,10 +209,13 @@ class ProxyEngine:
         upstream_model: str | None = None,
         http_client: Any = None,
         timeout_s: float = 600.0,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: sent as `Authorization: Bearer` (an upstream rlide gateway's token, vLLM's --api-key)."""
         import httpx
 
         self.model_id = model_id
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.upstream_model = upstream_model or model_id
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._models_url = base_url.rstrip("/") + "/models"
@@ -218,7 +227,7 @@ class ProxyEngine:
         return self._step
 
     def refresh(self) -> int:
-        resp = self._http.get(self._models_url)
+        resp = self._http.get(self._models_url, headers=self._headers)
         resp.raise_for_status()
         for model in resp.json().get("data") or []:
             if model.get("id") == self.upstream_model and isinstance(model.get("checkpoint_step"), int):
@@ -249,7 +258,7 @@ class ProxyEngine:
             body["seed"] = seed
         if tools:
             body["tools"] = tools
-        resp = self._http.post(self._url, json=body)
+        resp = self._http.post(self._url, json=body, headers=self._headers)
         if resp.status_code >= 400:
             raise BadRequest(f"upstream policy server answered {resp.status_code}: {resp.text[:500]}", 502)
         data = resp.json()
@@ -347,13 +356,16 @@ def completion_response(alias: str, completion: Completion, want_logprobs: bool)
 
 
 class Gateway:
-    """The ASGI app and what it holds: the engine, the episode log, the served alias."""
+    """The ASGI app and what it holds: the engine, the episode log, the served alias.
 
-    def __init__(self, engine: PolicyEngine, store: EpisodeStore) -> None:
+    `token`: when set, `app` refuses (401, OpenAI error shape) every request without
+    `Authorization: Bearer <token>`; `routes` is the unprotected Starlette app underneath."""
+
+    def __init__(self, engine: PolicyEngine, store: EpisodeStore, *, token: str | None = None) -> None:
         self.engine = engine
         self.store = store
         self.alias = engine.model_id
-        self.app = Starlette(
+        self.routes = Starlette(
             routes=[
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -363,6 +375,7 @@ class Gateway:
                 Route("/episodes/{episode_id}/end", self.end_episode, methods=["POST"]),
             ]
         )
+        self.app = protect(self.routes, token, token_env=TOKEN_ENV)
 
     async def models(self, request: Request) -> JSONResponse:
         step = await anyio.to_thread.run_sync(self.engine.refresh)
@@ -487,16 +500,25 @@ class Gateway:
         return JSONResponse(episode.model_dump(mode="json"))
 
 
-def build_gateway(config: BackendConfig, database_url: str) -> Gateway:
+def build_gateway(config: BackendConfig, database_url: str, *, token: str | None = None) -> Gateway:
     """The gateway for a cpu-backend run (the engine loads the latest checkpoint)."""
-    return Gateway(TransformersEngine(config), EpisodeStore.open(database_url))
+    return Gateway(TransformersEngine(config), EpisodeStore.open(database_url), token=token)
 
 
-def serve(config: BackendConfig, database_url: str, *, host: str = "127.0.0.1", port: int = 8766) -> None:
-    """Run the policy endpoint (wired as `rlide policy serve`)."""
+def serve(
+    config: BackendConfig,
+    database_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8766,
+    token: str | None = None,
+) -> None:
+    """Run the policy endpoint (wired as `rlide policy serve`). Off loopback a token is required:
+    `InsecureBind` is raised before the model loads."""
     import uvicorn
 
-    gateway = build_gateway(config, database_url)
+    check_bind(host, token, token_env=TOKEN_ENV)
+    gateway = build_gateway(config, database_url, token=token)
     uvicorn.run(gateway.app, host=host, port=port, log_level="warning")
 
 

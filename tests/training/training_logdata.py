@@ -109,3 +109,67 @@ def policy_episode(
     store.end_episode(ep.id, EpisodeStatus.success if reward > 0 else EpisodeStatus.failure)
     store.add_reward(ep.id, RewardSource.tests, reward)
     return ep.id
+
+
+class CannedEngine:
+    """A real `PolicyEngine` (no torch): every completion is the same scripted answer, split into
+    `pieces` (one token each, ids `token_ids`), with per-token logprobs and bytes the way the cpu
+    engine reports them. It remembers each call's messages and prior turn."""
+
+    model_id = "student"
+
+    def __init__(
+        self,
+        pieces: list[str] | None = None,
+        *,
+        token_ids: list[int] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        prompt_token_ids: list[int] | None = None,
+    ) -> None:
+        self.pieces = pieces or ["4", "2"]
+        self.token_ids = token_ids or [100 + i for i in range(len(self.pieces))]
+        self.logprobs = [-0.5 / (i + 1) - 1e-9 * i for i in range(len(self.pieces))]
+        self.tool_calls = tool_calls
+        self.prompt_token_ids = prompt_token_ids or [1, 2, 3]
+        self.calls: list[tuple[list[dict[str, Any]], Any]] = []
+
+    @property
+    def checkpoint_step(self) -> int:
+        return 0
+
+    def refresh(self) -> int:
+        return 0
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None,
+        tools: list[dict[str, Any]] | None,
+        prior: Any = None,
+    ) -> Any:
+        from training.gateway import Completion
+
+        self.calls.append((messages, prior))
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces)}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        logprobs = [
+            {"token": f"token_id:{t}", "logprob": lp, "bytes": list(piece.encode()), "top_logprobs": []}
+            for t, lp, piece in zip(self.token_ids, self.logprobs, self.pieces, strict=True)
+        ]
+        choice = {
+            "index": 0,
+            "finish_reason": "tool_calls" if self.tool_calls else "stop",
+            "message": message,
+            "logprobs": {"content": logprobs, "refusal": None},
+        }
+        return Completion(
+            choices=[{**choice, "index": i} for i in range(n)],
+            prompt_token_ids=list(self.prompt_token_ids),
+            completion_token_ids=[list(self.token_ids) for _ in range(n)],
+            checkpoint_step=0,
+        )
