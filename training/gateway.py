@@ -64,6 +64,7 @@ class PriorTurn:
     messages: list[dict[str, Any]]
     """The previous request's messages, as stored (redacted)."""
     content: str | None
+    """The previous completion's text, as stored (redacted)."""
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
 
@@ -140,7 +141,8 @@ class TransformersEngine:
         if len(messages) <= n + 1 or redact(messages[:n]) != prior.messages:
             return None
         echoed = messages[n]
-        if echoed.get("role") != "assistant" or (echoed.get("content") or "") != (prior.content or ""):
+        # The stored turn is redacted, the client echoes what it was sent: compare redacted text.
+        if echoed.get("role") != "assistant" or redact(echoed.get("content") or "") != (prior.content or ""):
             return None
         tok = self._tokenizer
         head = tok.apply_chat_template(messages[: n + 1], tools=tools, tokenize=False)
@@ -426,6 +428,8 @@ class Gateway:
                 f"episode {episode_id} has ended ({episode.status.value}); POST /episodes for a new one", 409
             )
         completion = self.engine.complete(**args, prior=prior)
+        # The client gets the completion as sampled; the log gets it redacted (messages, content,
+        # tool-call arguments), with token ids and logprobs exact: see `store.redact_choice`.
         self.store.add_policy_turn(
             episode_id,
             model=f"{self.alias}@{completion.checkpoint_step}",

@@ -12,6 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from training.codec import CHOICE_TAG
 from training.db import Database, Row, StoreError, connect
 from training.migrations import migrate
 from training.records import (
@@ -66,6 +67,55 @@ def _clip(text: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:
 def _json(value: Any) -> str:
     """JSON for a text column; ASCII escapes keep any string, lone surrogates included, exactly."""
     return json.dumps(value, ensure_ascii=True, default=str)
+
+
+def redact_choice(choice: dict[str, Any]) -> dict[str, Any]:
+    """A codec-encoded choice with secrets redacted from its text: the message (content, refusal,
+    tool-call arguments) goes through `redact`. Token ids and logprob floats are kept exactly.
+
+    Why the token ids stay: GRPO trains on them. ART puts the choice's `token_id:N` tokens in place
+    of the assistant turn, and the gateway splices a turn's exact prompt and completion ids into the
+    next prompt; rewriting them would train on a sequence the policy never sampled (its logprobs
+    would belong to other tokens). What it means: a secret the policy saw or wrote is still in the
+    log as token ids (`prompt_token_ids`, `completion_token_ids`, the `token_id:N` logprob entries)
+    and anyone with the tokenizer can decode it, and the model trains on it. Those columns (and the
+    `art` export, which carries them) are as sensitive as the model's weights; the text of the log
+    (`episodes show`, `sft`/`dpo` exports) is clean. Also, ART rebuilds the prompt from the redacted
+    messages, so a turn whose prompt held a secret trains in a slightly different context than it
+    was sampled in.
+
+    When the message changed, the per-token `bytes` (the decoded text of each token, which would
+    spell the secret next to its marker) are dropped; if the logprob tokens are text rather than
+    `token_id:N` (an upstream that returns no ids), the token strings spell it too, so the
+    logprobs are dropped and the turn is no longer trainable.
+    """
+    data = choice.get(CHOICE_TAG)
+    if not isinstance(data, dict):
+        return dict(choice)
+    message = data.get("message")
+    clean = redact(message)
+    if clean == message:
+        return choice
+    out = {**data, "message": clean}
+    logprobs = data.get("logprobs")
+    if isinstance(logprobs, dict):
+        entries = [e for key in ("content", "refusal") for e in (logprobs.get(key) or [])]
+        if any(not str(e.get("token", "")).startswith("token_id:") for e in entries):
+            out["logprobs"] = None
+        else:
+
+            def without_bytes(entry: dict[str, Any]) -> dict[str, Any]:
+                top = entry.get("top_logprobs")
+                kept = {**entry, "bytes": None}
+                if top:
+                    kept["top_logprobs"] = [{**t, "bytes": None} for t in top]
+                return kept
+
+            out["logprobs"] = {
+                key: [without_bytes(e) for e in value] if isinstance(value, list) else value
+                for key, value in logprobs.items()
+            }
+    return {**choice, CHOICE_TAG: out}
 
 
 _EPISODE_COLUMNS = (
@@ -322,9 +372,10 @@ class EpisodeStore:
         completion_token_ids: list[int] | None = None,
     ) -> int:
         """Record one completion sampled from the policy. `choice` is `training.codec.encode_choice`
-        output and is stored verbatim (its tokens must match its logprobs); the request is redacted."""
+        output; the request and the choice's text are redacted, its token ids and logprobs kept
+        exactly (`redact_choice` says why and what that means), as are the token id columns."""
         now = time.time()
-        request_json, choice_json = _json(redact(request)), _json(choice)
+        request_json, choice_json = _json(redact(request)), _json(redact_choice(choice))
         with self.db.transaction(write=True) as cur:
             cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
             row = cur.execute(

@@ -92,6 +92,30 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
     assert resp.system_fingerprint == "student@1"
 
 
+def test_a_redacted_turn_is_still_continued_token_in_token_out(
+    setup: tuple[Gateway, TestClient, BackendConfig],
+) -> None:
+    """The log holds the completion redacted, the client echoes it as sent: the engine must still
+    splice the exact earlier tokens instead of re-tokenizing the text."""
+    from training.gateway import PriorTurn
+    from training.redact import redact
+
+    gateway, _, _ = setup
+    engine = gateway.engine
+    assert isinstance(engine, TransformersEngine)
+    said = "deploy with AKIAIOSFODNN7EXAMPLE"
+    first = [{"role": "user", "content": "which key? ghp_" + "A1b2" * 9}]
+    prior = PriorTurn(
+        messages=redact(first), content=redact(said), prompt_token_ids=[5, 6, 7], completion_token_ids=[8, 9]
+    )
+    assert prior.content == "deploy with [REDACTED:aws_access_key]"
+    follow = [*first, {"role": "assistant", "content": said}, {"role": "user", "content": "thanks"}]
+    ids = engine.continued_prompt_ids(follow, None, prior)
+    assert ids is not None and ids[:5] == [5, 6, 7, 8, 9]
+    other = [*first, {"role": "assistant", "content": "something else"}, {"role": "user", "content": "thanks"}]
+    assert engine.continued_prompt_ids(other, None, prior) is None
+
+
 def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     gateway, http, _ = setup
     body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}

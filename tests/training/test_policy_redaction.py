@@ -1,0 +1,134 @@
+"""Policy turns are redacted before they are stored, with their token ids and logprobs kept exact.
+
+Through the real gateway (TestClient) into a real SQLite log, read back both through the store and
+as raw rows, so a secret hiding in any column (or in the per-token bytes) is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from training_logdata import CannedEngine, make_choice
+
+from training.codec import CHOICE_TAG, decode_choice, encode_choice
+from training.gateway import Gateway
+from training.store import EpisodeStore, redact_choice
+
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+GITHUB_TOKEN = "ghp_" + "A1b2" * 9
+TOOL_SECRET = "s3cr3t-value-123"
+SECRETS = (AWS_KEY, GITHUB_TOKEN, TOOL_SECRET)
+
+PIECES = ["Use ", "AKIA", "IOSFODNN", "7EXAMPLE", " to deploy."]
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "deploy", "arguments": json.dumps({"api_key": TOOL_SECRET, "region": "eu"})},
+}
+
+
+def _raw_rows(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return repr(conn.execute("SELECT * FROM policy_turns").fetchall())
+
+
+def _spelled_by_bytes(choice: dict[str, Any]) -> str:
+    entries = (choice[CHOICE_TAG].get("logprobs") or {}).get("content") or []
+    return bytes(b for e in entries for b in (e.get("bytes") or [])).decode()
+
+
+def test_secrets_in_prompt_and_completion_never_reach_the_log(tmp_path: Path) -> None:
+    db = tmp_path / "ep.db"
+    store = EpisodeStore.open(str(db))
+    engine = CannedEngine(PIECES, token_ids=[501, 502, 503, 504, 505], tool_calls=[TOOL_CALL])
+    http = TestClient(Gateway(engine, store).app)
+    episode_id = http.post("/episodes", json={"task": "deploy the service"}).json()["episode_id"]
+    url = f"/episodes/{episode_id}/v1/chat/completions"
+    messages = [{"role": "user", "content": f"Deploy. The repo token is {GITHUB_TOKEN}."}]
+    answer = http.post(url, json={"model": "student", "messages": messages, "logprobs": True}).json()
+    sent = answer["choices"][0]
+    assert sent["message"]["content"] == "".join(PIECES)  # the client gets what was sampled
+
+    [turn] = store.policy_turns(episode_id)
+    raw = _raw_rows(db)
+    for secret in SECRETS:
+        assert secret not in raw, secret
+    assert GITHUB_TOKEN not in json.dumps(turn.request)
+    stored = turn.choice[CHOICE_TAG]
+    assert stored["message"]["content"] == "Use [REDACTED:aws_access_key] to deploy."
+    assert TOOL_SECRET not in stored["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored["message"]["tool_calls"][0]["function"]["arguments"])["region"] == "eu"
+    assert AWS_KEY not in _spelled_by_bytes(turn.choice)  # per-token bytes would spell it: dropped
+
+    # What GRPO trains on is exact: token ids, logprob tokens and floats (bit for bit).
+    assert turn.prompt_token_ids == engine.prompt_token_ids
+    assert turn.completion_token_ids == [501, 502, 503, 504, 505]
+    assert [(e["token"], e["logprob"]) for e in stored["logprobs"]["content"]] == [
+        (e["token"], e["logprob"]) for e in sent["logprobs"]["content"]
+    ]
+    assert stored["finish_reason"] == sent["finish_reason"] and stored["index"] == sent["index"]
+
+    # The client echoes the unredacted answer; the engine is handed the exact earlier tokens to splice
+    # (token in, token out; `test_gateway.py` checks the tiny engine's splice against redacted text).
+    echoed = {"role": "assistant", "content": sent["message"]["content"]}
+    follow = [*messages, echoed, {"role": "user", "content": "ok"}]
+    assert http.post(url, json={"model": "student", "messages": follow}).status_code == 200
+    prior = engine.calls[-1][1]
+    assert prior is not None and prior.completion_token_ids == [501, 502, 503, 504, 505]
+    assert prior.prompt_token_ids == engine.prompt_token_ids
+    for secret in SECRETS:
+        assert secret not in _raw_rows(db), secret
+    store.close()
+
+
+def test_a_turn_without_secrets_is_stored_exactly(store: EpisodeStore) -> None:
+    openai = pytest.importorskip("openai")
+
+    choice = make_choice("The answer is 42.", [7, 8, 9], [-0.5, -0.25, -1e-7])
+    episode = store.start_episode("t")
+    request = {"messages": [{"role": "user", "content": "q"}]}
+    store.add_policy_turn(episode.id, model="student", request=request, choice=encode_choice(choice))
+    [turn] = store.policy_turns(episode.id)
+    assert turn.choice == encode_choice(choice)
+    restored = decode_choice(turn.choice)
+    assert isinstance(restored, openai.types.chat.chat_completion.Choice) and restored == choice
+
+
+def test_the_codec_round_trip_keeps_everything_but_the_secret(store: EpisodeStore) -> None:
+    pytest.importorskip("openai")
+
+    arguments = json.dumps({"password": TOOL_SECRET, "region": "eu"})
+    secret_call = {"id": "c", "type": "function", "function": {"name": "deploy", "arguments": arguments}}
+    choice = make_choice(f"key {AWS_KEY}", [1, 2, 3], [-0.125, -2.0, -1e-9], tool_call=secret_call)
+    episode = store.start_episode("t")
+    store.add_policy_turn(episode.id, model="student", request={"messages": []}, choice=encode_choice(choice))
+    restored = decode_choice(store.policy_turns(episode.id)[0].choice)
+    assert restored.message.content == "key [REDACTED:aws_access_key]"
+    assert restored.finish_reason == choice.finish_reason and restored.index == choice.index
+    assert [(t.token, t.logprob) for t in restored.logprobs.content] == [
+        (t.token, t.logprob) for t in choice.logprobs.content
+    ]
+    assert all(t.bytes is None for t in restored.logprobs.content)
+    restored_call, original_call = restored.message.tool_calls[0], choice.message.tool_calls[0]
+    assert json.loads(restored_call.function.arguments) == {"password": "[REDACTED:assignment]", "region": "eu"}
+    assert (restored_call.id, restored_call.function.name) == (original_call.id, original_call.function.name)
+
+
+def test_text_logprob_tokens_would_spell_the_secret_so_they_are_dropped() -> None:
+    """An upstream that returns text tokens (no `token_id:N`): the tokens themselves spell the key."""
+    choice = {
+        CHOICE_TAG: {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": AWS_KEY},
+            "logprobs": {"content": [{"token": t, "logprob": -0.1, "bytes": None} for t in ("AKIA", "IOSFODNN")]},
+        }
+    }
+    clean = redact_choice(choice)
+    assert AWS_KEY not in json.dumps(clean) and clean[CHOICE_TAG]["logprobs"] is None
+    assert redact_choice(clean) == clean  # idempotent
