@@ -43,6 +43,10 @@ def train(
         str | None, typer.Option(help="litellm id of an LLM judge (ART's RULER) mixed into rewards.")
     ] = None,
     judge_weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="The judge's share of each reward.")] = 0.5,
+    sft_min_reward: Annotated[
+        float, typer.Option(help="Imitate (SFT) ended external episodes whose reward total reaches this.")
+    ] = 0.5,
+    sft_batch: Annotated[int, typer.Option(min=0, help="Most external episodes per SFT step; 0 turns SFT off.")] = 8,
 ) -> None:
     """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`."""
     if ctx.invoked_subcommand is not None:
@@ -72,6 +76,8 @@ def train(
         scenarios=None if scenarios == "none" else scenarios,
         judge_model=judge_model,
         judge_weight=judge_weight,
+        sft_min_reward=sft_min_reward,
+        sft_batch=sft_batch,
     )
     try:
         report = run_worker(config, once=once, daemon=daemon, runner=runner)
@@ -114,9 +120,16 @@ def train_status(
         f"  groups trained {status.groups_trained}, skipped: {status.groups_skipped_zero_variance} zero-variance,"
         f" {status.groups_skipped_stale} stale"
     )
+    typer.echo(
+        f"  sft steps {status.sft_steps} on {status.sft_episodes_trained} external episodes"
+        f" ({status.sft_episodes_unusable} unusable)"
+    )
+    if status.sft_skip_reason:
+        typer.echo(f"  sft skipped: {status.sft_skip_reason}")
     for point in status.recent:
         mean = "-" if point.reward_mean is None else f"{point.reward_mean:.3f}"
-        typer.echo(f"  step {point.step:>4}  reward {mean}  groups {point.groups_trained}")
+        what = f"sft {point.sft_episodes} episodes" if point.sft_episodes else f"groups {point.groups_trained}"
+        typer.echo(f"  step {point.step:>4}  reward {mean}  {what}")
     if chart.exists():
         typer.echo(f"  chart: {chart}")
 

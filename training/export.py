@@ -169,15 +169,17 @@ class _Conversation:
         return bool(self.prompt) and bool(self.completion)
 
 
+def _conversation(store: EpisodeStore, episode: Episode) -> _Conversation | None:
+    """The episode's conversation, or None when there is nothing to learn from (an implicit
+    episode, an empty task, no prompt or no completion)."""
+    if episode.implicit or not episode.task.strip():
+        return None
+    conv = _Conversation(store, episode)
+    return conv if conv.usable else None
+
+
 def _conversations(store: EpisodeStore) -> list[_Conversation]:
-    out = []
-    for episode in store.terminal_episodes():
-        if episode.implicit or not episode.task.strip():
-            continue
-        conv = _Conversation(store, episode)
-        if conv.usable:
-            out.append(conv)
-    return out
+    return [c for c in (_conversation(store, e) for e in store.terminal_episodes()) if c is not None]
 
 
 def _by_task(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
@@ -191,15 +193,26 @@ def _by_task(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
 # -- records ---------------------------------------------------------------------------------------
 
 
+def _sft(conv: _Conversation) -> dict[str, Any]:
+    record: dict[str, Any] = {"messages": conv.prompt + conv.completion}
+    if conv.tools:
+        record["tools"] = conv.tools
+    return record
+
+
+def sft_record(store: EpisodeStore, episode: Episode) -> dict[str, Any] | None:
+    """The `sft` record of one ended episode (no reward filter), or None when it has no
+    conversation to imitate; what the worker's SFT steps train on."""
+    conv = _conversation(store, episode)
+    return None if conv is None else _sft(conv)
+
+
 def sft_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
     records = []
     for conv in _conversations(store):
         if conv.reward is None or (conv.reward < min_reward if min_reward is not None else conv.reward <= 0):
             continue
-        record: dict[str, Any] = {"messages": conv.prompt + conv.completion}
-        if conv.tools:
-            record["tools"] = conv.tools
-        records.append(record)
+        records.append(_sft(conv))
     return records
 
 

@@ -126,6 +126,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    # SFT on the IDE's own successful episodes: which external episodes each run has imitated (the
+    # worker's SFT cursor: each episode is used once, across restarts), and why a run's backend
+    # skipped them when it has no supervised step.
+    Migration(
+        "0004_sft_cursor",
+        (
+            """CREATE TABLE training_sft_episodes (
+                run TEXT NOT NULL REFERENCES training_runs (name) ON DELETE CASCADE,
+                episode_id TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                step INTEGER NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('trained', 'unusable')),
+                created_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (run, episode_id)
+            )""",
+            "ALTER TABLE training_runs ADD COLUMN sft_skipped INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE training_runs ADD COLUMN sft_skip_reason TEXT",
+        ),
+    ),
 )
 
 

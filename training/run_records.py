@@ -57,8 +57,23 @@ class TrainingRun(BaseModel):
     groups_trained: int = 0
     groups_skipped_zero_variance: int = 0
     groups_skipped_stale: int = 0
+    sft_skipped: int = 0
+    """External episodes ready for SFT that the run's backend could not imitate (last check)."""
+    sft_skip_reason: str | None = None
     created_at: datetime
     updated_at: datetime
+
+
+class SftOutcome(StrEnum):
+    trained = "trained"
+    unusable = "unusable"
+    """No conversation to imitate (nothing but bookkeeping steps, or an empty task)."""
+
+
+class SftCounts(BaseModel):
+    steps: int = 0
+    episodes_trained: int = 0
+    episodes_unusable: int = 0
 
 
 class TrainingStepRecord(BaseModel):

@@ -21,6 +21,7 @@ class StepReward(BaseModel):
     step: int
     reward_mean: float | None
     groups_trained: int
+    sft_episodes: int = Field(0, description="External episodes imitated by this step (an SFT step; no reward).")
 
 
 class TrainingStatus(BaseModel):
@@ -33,6 +34,11 @@ class TrainingStatus(BaseModel):
     groups_trained: int
     groups_skipped_zero_variance: int = Field(description="Groups dropped because all their rewards were equal.")
     groups_skipped_stale: int = Field(description="Groups dropped because an older policy sampled them.")
+    sft_steps: int = Field(0, description="Supervised steps on successful external episodes (the IDE's own model).")
+    sft_episodes_trained: int = Field(0, description="External episodes those SFT steps imitated (each once).")
+    sft_episodes_unusable: int = Field(0, description="External episodes set aside: no conversation to imitate.")
+    sft_skipped: int = Field(0, description="External episodes waiting that the backend cannot imitate (no SFT).")
+    sft_skip_reason: str | None = None
     recent: list[StepReward] = Field(description=f"The last {RECENT_STEPS} steps, oldest first.")
     updated_at: datetime
 
@@ -51,6 +57,7 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
     else:
         info = store.get_run(run)
     steps = store.training_steps(info.name, limit=RECENT_STEPS)
+    sft = store.sft_counts(info.name)
     return TrainingStatus(
         run=info.name,
         backend=info.backend,
@@ -61,6 +68,19 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         groups_trained=info.groups_trained,
         groups_skipped_zero_variance=info.groups_skipped_zero_variance,
         groups_skipped_stale=info.groups_skipped_stale,
-        recent=[StepReward(step=s.step, reward_mean=s.reward_mean, groups_trained=s.groups_trained) for s in steps],
+        sft_steps=sft.steps,
+        sft_episodes_trained=sft.episodes_trained,
+        sft_episodes_unusable=sft.episodes_unusable,
+        sft_skipped=info.sft_skipped,
+        sft_skip_reason=info.sft_skip_reason,
+        recent=[
+            StepReward(
+                step=s.step,
+                reward_mean=s.reward_mean,
+                groups_trained=s.groups_trained,
+                sft_episodes=int(s.metrics.get("charts/sft_episodes", 0)),
+            )
+            for s in steps
+        ],
         updated_at=info.updated_at,
     )

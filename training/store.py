@@ -27,7 +27,15 @@ from training.records import (
     from_epoch,
 )
 from training.redact import redact, redact_text
-from training.run_records import GroupOutcome, PolicyTurn, RunState, TrainingRun, TrainingStepRecord
+from training.run_records import (
+    GroupOutcome,
+    PolicyTurn,
+    RunState,
+    SftCounts,
+    SftOutcome,
+    TrainingRun,
+    TrainingStepRecord,
+)
 
 MAX_TEXT_CHARS = 4_000
 """Longest result summary, error or comment kept per row; the log is a record, not a file store."""
@@ -546,6 +554,85 @@ class EpisodeStore:
                 )
         return self.get_run(name)
 
+    # -- SFT on external episodes: the run's cursor over the IDE's own successes --------------------
+
+    def sft_candidates(self, name: str, *, min_reward: float, limit: int) -> list[Episode]:
+        """Up to `limit` external episodes ready for an SFT step of run `name`, oldest ended first."""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                f"SELECT {_EPISODE_COLUMNS} FROM episodes e WHERE {_SFT_READY} ORDER BY e.ended_at, e.id LIMIT ?",
+                (min_reward, name, limit),
+            ).fetchall()
+        return [_episode(r) for r in rows]
+
+    def sft_pending(self, name: str, *, min_reward: float) -> int:
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(f"SELECT COUNT(*) FROM episodes e WHERE {_SFT_READY}", (min_reward, name)).fetchone()
+        return int(row[0]) if row else 0
+
+    def commit_sft_step(
+        self,
+        name: str,
+        *,
+        step: int,
+        trained: list[str],
+        unusable: list[str],
+        metrics: dict[str, Any] | None = None,
+    ) -> TrainingRun:
+        """Record the episodes an SFT step used and advance the run to `step`, in one transaction.
+
+        With `trained` episodes, `step` must be the run's step + 1 (a training_steps row is written,
+        without a reward: SFT has none); with only `unusable` ones it must equal the run's step. An
+        episode the run already used fails the whole commit (the cursor never counts one twice).
+        """
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StoreError(f"no training run named {name!r}")
+            expected = row[0] + 1 if trained else row[0]
+            if step != expected:
+                raise StoreError(f"training run {name!r} is at step {row[0]}; cannot commit SFT step {step}")
+            outcomes = [(e, SftOutcome.trained) for e in trained] + [(e, SftOutcome.unusable) for e in unusable]
+            for episode_id, outcome in outcomes:
+                cur.execute(
+                    "INSERT INTO training_sft_episodes (run, episode_id, step, outcome, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (name, episode_id, step, outcome.value, now),
+                )
+            cur.execute(
+                "UPDATE training_runs SET step = ?, sft_skipped = 0, sft_skip_reason = NULL, updated_at = ?"
+                " WHERE name = ?",
+                (step, now, name),
+            )
+            if trained:
+                cur.execute(
+                    "INSERT INTO training_steps (run, step, reward_mean, reward_std, groups_trained,"
+                    " groups_skipped_zero_variance, groups_skipped_stale, metrics, created_at)"
+                    " VALUES (?, ?, NULL, NULL, 0, 0, 0, ?, ?)",
+                    (name, step, json.dumps({**(metrics or {}), "charts/sft_episodes": len(trained)}), now),
+                )
+        return self.get_run(name)
+
+    def set_sft_skipped(self, name: str, count: int, reason: str | None) -> None:
+        """Say how many ready external episodes the run's backend cannot imitate, and why."""
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE training_runs SET sft_skipped = ?, sft_skip_reason = ?, updated_at = ? WHERE name = ?",
+                (count, _clip(reason), time.time(), name),
+            )
+
+    def sft_counts(self, name: str) -> SftCounts:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT outcome, COUNT(*), COUNT(DISTINCT step) FROM training_sft_episodes WHERE run = ?"
+                " GROUP BY outcome",
+                (name,),
+            ).fetchall()
+        by = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+        trained, steps = by.get(SftOutcome.trained.value, (0, 0))
+        return SftCounts(steps=steps, episodes_trained=trained, episodes_unusable=by.get("unusable", (0, 0))[0])
+
     def training_steps(self, name: str, *, limit: int = 1000) -> list[TrainingStepRecord]:
         """The run's most recent steps, oldest first."""
         with self.db.transaction(write=False) as cur:
@@ -571,6 +658,15 @@ class EpisodeStore:
         ]
 
 
+_SFT_READY = (
+    "e.source = 'external' AND e.status <> 'open' AND e.implicit = 0"
+    " AND (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id) >= ?"
+    " AND NOT EXISTS (SELECT 1 FROM training_sft_episodes t WHERE t.run = ? AND t.episode_id = e.id)"
+)
+"""Ended, explicit episodes of the IDE's own model whose reward total reaches the minimum and that
+the run has not used yet (in either outcome)."""
+
+
 def _at(seconds: float) -> datetime:
     moment = from_epoch(seconds)
     assert moment is not None
@@ -579,7 +675,7 @@ def _at(seconds: float) -> datetime:
 
 _RUN_COLUMNS = (
     "name, backend, base_model, step, state, message, config, groups_trained, groups_skipped_zero_variance,"
-    " groups_skipped_stale, created_at, updated_at"
+    " groups_skipped_stale, created_at, updated_at, sft_skipped, sft_skip_reason"
 )
 
 
@@ -597,4 +693,6 @@ def _run(row: Row) -> TrainingRun:
         groups_skipped_stale=row[9],
         created_at=_at(row[10]),
         updated_at=_at(row[11]),
+        sft_skipped=row[12],
+        sft_skip_reason=row[13],
     )

@@ -14,6 +14,13 @@ Per iteration (one optimizer step):
 A crash between 3 and 4 leaves a checkpoint the log does not know; at start-up the worker rolls
 the backend back to the log's step, so it resumes at the right step and never trains a group twice.
 
+SFT on the IDE's own successes: before gathering groups, when ended `external` episodes whose
+reward total reaches `sft_min_reward` are waiting (not yet used by this run), and the backend
+`SupportsSFT`, the iteration is instead one supervised step on up to `sft_batch` of them (their
+`sft` export records), committed with the episodes it used in one transaction (table
+`training_sft_episodes`, the run's SFT cursor: each episode is used once, across restarts). A
+backend without a supervised step skips them: the run records how many wait and why, no error.
+
 One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`.
 Backend errors back off exponentially (`backoff_initial_s` .. `backoff_max_s`) and give up after
 `max_backend_failures` in a row; `no_signal_patience` batches in a row without a trainable group
@@ -37,8 +44,17 @@ from typing import Any
 
 import structlog
 
-from training.backends.base import BackendConfig, BackendError, BackendUnavailable, TrainingBackend, make_backend
+from training.backends.base import (
+    BackendConfig,
+    BackendError,
+    BackendUnavailable,
+    NoTrainableData,
+    SupportsSFT,
+    TrainingBackend,
+    make_backend,
+)
 from training.db import StoreError
+from training.export import sft_record
 from training.groups import Group, filter_groups, groups_from_log
 from training.judge import JudgeConfig, judge_group
 from training.rollout import next_attempt, rollout_groups
@@ -111,6 +127,10 @@ class WorkerConfig:
     """Share of the judge in each reward when a judge is set."""
     judge_params: dict[str, Any] = field(default_factory=dict)
     """Extra litellm parameters for the judge (temperature, api_base; mock_response in tests)."""
+    sft_min_reward: float = 0.5
+    """External episodes (the IDE's own model) whose reward total reaches this are imitated by SFT steps."""
+    sft_batch: int = 8
+    """Most external episodes per SFT step; 0 turns SFT off."""
 
     @classmethod
     def for_home(cls, home: Path, database_url: str, *, backend: str = "cpu", **overrides: Any) -> WorkerConfig:
@@ -141,6 +161,13 @@ class WorkerReport:
     """Mean rollout/group reward of each trained step, in order."""
     stop_reason: StopReason = StopReason.once
     message: str = ""
+    sft_steps: int = 0
+    """Of `steps_trained`, how many were supervised steps on external episodes."""
+    sft_episodes: int = 0
+    """External episodes those SFT steps imitated."""
+    sft_skipped: int = 0
+    """External episodes ready for SFT that the backend cannot imitate (it has no supervised step)."""
+    sft_skip_reason: str | None = None
 
 
 class RunLock:
@@ -196,6 +223,7 @@ class Worker:
         self._scenarios = scenarios
         self.store: EpisodeStore | None = None
         self.backend: TrainingBackend | None = None
+        self._sft_skip_recorded = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -333,6 +361,8 @@ class Worker:
     def _step(self, report: WorkerReport) -> bool | None:
         """Train one step. True: trained; False: groups but no signal; None: no groups at all."""
         assert self.store is not None and self.backend is not None
+        if self._sft_step(report):
+            return True
         cfg = self.config
         started = time.perf_counter()
         groups = self.gather(report.step)
@@ -396,6 +426,80 @@ class Worker:
 
             plot_run(self.store, cfg.run, cfg.plot_path)
         return True
+
+    def _sft_step(self, report: WorkerReport) -> bool:
+        """One supervised step on waiting external successes, if there are any and the backend can;
+        True when a step was trained and committed."""
+        assert self.store is not None and self.backend is not None
+        cfg = self.config
+        if cfg.sft_batch <= 0:
+            return False
+        while True:
+            episodes = self.store.sft_candidates(cfg.run, min_reward=cfg.sft_min_reward, limit=cfg.sft_batch)
+            if not episodes:
+                return False
+            if not isinstance(self.backend, SupportsSFT):
+                self._record_sft_skip(report)
+                return False
+            records: list[dict[str, Any]] = []
+            trained: list[str] = []
+            unusable: list[str] = []
+            for episode in episodes:
+                record = sft_record(self.store, episode)
+                if record is None:
+                    unusable.append(episode.id)
+                else:
+                    records.append(record)
+                    trained.append(episode.id)
+            if not records:  # set them aside and look at the next ones
+                self.store.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                continue
+            started = time.perf_counter()
+            try:
+                result = self.backend.train_sft(records)
+            except NoTrainableData as exc:  # e.g. every conversation longer than max_seq_len
+                log.warning("sft_batch_unusable", run=cfg.run, episodes=len(episodes), error=str(exc))
+                self.backend.rollback(report.step)
+                self.store.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=trained + unusable)
+                continue
+            metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
+            try:
+                self.store.commit_sft_step(
+                    cfg.run, step=result.step, trained=trained, unusable=unusable, metrics=metrics
+                )
+            except StoreError:
+                self.backend.rollback(report.step)  # the log did not take it: forget the checkpoint too
+                raise
+            report.step = result.step
+            report.steps_trained += 1
+            report.sft_steps += 1
+            report.sft_episodes += len(trained)
+            report.sft_skipped, report.sft_skip_reason = 0, None
+            log.info(
+                "sft_step",
+                run=cfg.run,
+                step=result.step,
+                episodes=len(trained),
+                unusable=len(unusable),
+                loss=metrics.get("losses/sft_loss"),
+            )
+            return True
+
+    def _record_sft_skip(self, report: WorkerReport) -> None:
+        """Once per worker: how many external episodes wait for a supervised step this backend lacks."""
+        assert self.store is not None and self.backend is not None
+        if self._sft_skip_recorded:
+            return
+        cfg = self.config
+        pending = self.store.sft_pending(cfg.run, min_reward=cfg.sft_min_reward)
+        reason = (
+            f"the {self.backend.name} backend has no supervised (SFT) step: {pending} successful external"
+            f" episodes (reward >= {cfg.sft_min_reward}) are not imitated; GRPO goes on without them"
+        )
+        self.store.set_sft_skipped(cfg.run, pending, reason)
+        report.sft_skipped, report.sft_skip_reason = pending, reason
+        self._sft_skip_recorded = True
+        log.info("sft_skipped", run=cfg.run, episodes=pending, backend=self.backend.name)
 
 
 def train(

@@ -157,3 +157,45 @@ def test_sft_on_exported_records_lowers_the_loss(tmp_path: Path) -> None:
     assert losses[-1] < losses[0] * 0.8, losses
     assert checkpoint_steps(BackendConfig(path=tmp_path / "art").model_dir())[-1] == 4
     backend.close()
+
+
+def test_the_worker_takes_a_real_sft_step_on_external_successes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from training_logdata import external_episode
+    from typer.testing import CliRunner
+
+    from mcp_server.cli import app
+
+    db = tmp_path / "ep.db"
+    store = EpisodeStore.open(str(db))
+    for i in range(2):
+        external_episode(store, f"make the parser accept comments #{i}", 1.0)
+    external_episode(store, "a failed attempt", -1.0)
+    store.close()
+    backend = BackendConfig(path=tmp_path / "art", max_seq_len=1024)
+    cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None)
+
+    report = train(cfg, once=True)
+    assert (report.sft_steps, report.sft_episodes, report.steps_trained, report.step) == (1, 2, 1, 1)
+    assert checkpoint_steps(backend.model_dir()) == [1]
+    store = EpisodeStore.open(str(db))
+    [record] = store.training_steps("default")
+    assert record.metrics["losses/sft_loss"] > 0 and record.metrics["perf/trainable_tokens"] > 0
+    assert record.metrics["charts/sft_episodes"] == 2
+    assert store.sft_candidates("default", min_reward=cfg.sft_min_reward, limit=10) == []
+    store.close()
+
+    # A restart resumes at the committed step and finds every success already imitated.
+    report = train(cfg, once=True)
+    assert (report.steps_trained, report.step) == (0, 1) and checkpoint_steps(backend.model_dir()) == [1]
+
+    monkeypatch.setenv("RLIDE_DATABASE_URL", f"sqlite:///{db}")
+    shown = CliRunner().invoke(app, ["train", "status", "--json"])
+    assert shown.exit_code == 0, shown.output
+    status = json.loads(shown.stdout)
+    assert (status["sft_steps"], status["sft_episodes_trained"], status["step"]) == (1, 2, 1)
+    text = CliRunner().invoke(app, ["train", "status"]).stdout
+    assert "sft steps 1 on 2 external episodes" in text and "sft 2 episodes" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,11 @@ import pytest
 
 pytest.importorskip("openai")
 
-from training_logdata import make_choice, policy_episode  # noqa: E402
+from training_logdata import external_episode, make_choice, policy_episode  # noqa: E402
 
-from training.backends.base import BackendConfig, BackendError, TrainResult  # noqa: E402
+from training.backends.base import BackendConfig, BackendError, NoTrainableData, TrainResult  # noqa: E402
 from training.groups import Group, Trajectory, filter_groups, groups_from_log  # noqa: E402
+from training.records import EpisodeStatus, RewardSource  # noqa: E402
 from training.run_records import GroupOutcome, RunState  # noqa: E402
 from training.scenarios import Scenario, Verifier  # noqa: E402
 from training.status import read_status  # noqa: E402
@@ -161,4 +163,96 @@ def test_stop_event_finishes_the_current_step(tmp_path: Path) -> None:
     assert report.stop_reason is StopReason.signal and report.step == 1
     store = EpisodeStore.open(cfg.database_url)
     assert store.get_run("default").step == 1 and store.get_run("default").state is RunState.stopped
+    store.close()
+
+
+class SftScriptedBackend(ScriptedBackend):
+    """A real `SupportsSFT` backend: a supervised step records its conversations and counts a step."""
+
+    def __init__(self, config: BackendConfig, *, unlearnable: bool = False) -> None:
+        super().__init__(config, ["1"])
+        self.sft_batches: list[list[dict[str, Any]]] = []
+        self.unlearnable = unlearnable
+
+    def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult:
+        if self.unlearnable:
+            raise NoTrainableData("every conversation is longer than max_seq_len")
+        self.step += 1
+        self.sft_batches.append(conversations)
+        return TrainResult(step=self.step, metrics={"losses/sft_loss": 1.5})
+
+
+def _bookkeeping_only(store: EpisodeStore) -> str:
+    """A rewarded external episode with nothing to imitate: only rlide's own episode tools, no summary."""
+    ep = store.start_episode("say hi", workspace="/ws")
+    store.add_step(ep.id, tool="start_episode", arguments={}, result_summary="ok", error=None, duration_ms=1)
+    store.end_episode(ep.id, EpisodeStatus.success)
+    store.add_reward(ep.id, RewardSource.outcome, 1.0)
+    return ep.id
+
+
+def test_worker_imitates_external_successes_once_each_across_restarts(tmp_path: Path) -> None:
+    cfg = config(tmp_path, scenarios=None, sft_batch=2, sft_min_reward=0.5, max_steps=2)
+    store = EpisodeStore.open(cfg.database_url)
+    wins = [external_episode(store, f"fix bug #{i}", 1.0) for i in range(3)]
+    external_episode(store, "a failed attempt", -1.0)
+    empty = _bookkeeping_only(store)
+    store.close()
+
+    backend = SftScriptedBackend(cfg.backend)
+    report = train(cfg, daemon=True, backend=backend, scenarios=[])
+    assert (report.sft_steps, report.sft_episodes, report.step) == (2, 3, 2)
+    assert [len(b) for b in backend.sft_batches] == [2, 1]  # bounded batches, oldest first
+    assert "fix bug #0" in backend.sft_batches[0][0]["messages"][0]["content"]
+    assert not any("failed attempt" in json.dumps(b) for b in backend.sft_batches)
+
+    # A restarted worker (new process state, same log) finds nothing left to imitate.
+    again = SftScriptedBackend(cfg.backend)
+    again.step = 2
+    report = train(cfg, once=True, backend=again, scenarios=[])
+    assert report.steps_trained == 0 and again.sft_batches == [] and report.step == 2
+
+    store = EpisodeStore.open(cfg.database_url)
+    status = read_status(store)
+    assert (status.sft_steps, status.sft_episodes_trained, status.sft_episodes_unusable) == (2, 3, 1)
+    assert [(p.step, p.sft_episodes, p.reward_mean) for p in status.recent] == [(1, 2, None), (2, 1, None)]
+    assert store.sft_candidates("default", min_reward=0.5, limit=10) == []
+    newer = external_episode(store, "fix bug #3", 1.0)
+    store.close()
+    assert empty not in wins and newer not in wins
+
+    later = SftScriptedBackend(cfg.backend)
+    later.step = 2
+    report = train(cfg, once=True, backend=later, scenarios=[])
+    assert (report.sft_steps, report.step) == (1, 3)
+    assert ["fix bug #3" in json.dumps(b) for b in later.sft_batches] == [True]
+
+
+def test_a_backend_without_sft_skips_with_a_counted_reason(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    store = EpisodeStore.open(cfg.database_url)
+    for i in range(2):
+        external_episode(store, f"fix bug #{i}", 1.0)
+    store.close()
+    backend = ScriptedBackend(cfg.backend, ["12", "ab"])  # no train_sft
+    report = train(cfg, once=True, backend=backend, scenarios=TOY)
+    assert report.steps_trained == 1 and report.sft_steps == 0 and len(backend.trained) == 1  # GRPO went on
+    assert report.sft_skipped == 2 and "no supervised (SFT) step" in (report.sft_skip_reason or "")
+    store = EpisodeStore.open(cfg.database_url)
+    status = read_status(store)
+    assert status.sft_skipped == 2 and "2 successful external episodes" in (status.sft_skip_reason or "")
+    assert store.sft_pending("default", min_reward=cfg.sft_min_reward) == 2  # still waiting, not consumed
+    store.close()
+
+
+def test_an_sft_batch_with_nothing_to_learn_is_set_aside_not_retried(tmp_path: Path) -> None:
+    cfg = config(tmp_path, scenarios=None)
+    store = EpisodeStore.open(cfg.database_url)
+    external_episode(store, "a very long episode", 1.0)
+    store.close()
+    backend = SftScriptedBackend(cfg.backend, unlearnable=True)
+    report = train(cfg, once=True, backend=backend, scenarios=[])
+    assert report.stop_reason is StopReason.once and report.steps_trained == 0 and report.step == 0
+    store = EpisodeStore.open(cfg.database_url)
+    assert read_status(store).sft_episodes_unusable == 1 and store.get_run("default").state is RunState.idle
     store.close()

@@ -11,6 +11,7 @@ import pytest
 from tests.postgres_server import postgres_server  # noqa: F401 - fixture
 from training.db import StoreError
 from training.migrations import applied
+from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import GroupOutcome, RunState
 from training.store import EpisodeNotFound, EpisodeStore
 
@@ -37,6 +38,7 @@ def test_an_old_frozen_log_gains_the_training_tables(tmp_path: Path) -> None:
     store = EpisodeStore.open(str(copy))
     try:
         assert "0003_policy_turns_and_training" in applied(store.db)
+        assert "0004_sft_cursor" in applied(store.db)
         assert store.list_runs() == []
         episodes = store.list_episodes(limit=5)
         if episodes:
@@ -92,3 +94,48 @@ def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None
         store.ensure_run("r", backend="cpu", base_model="other")
     store.set_run_state("r", RunState.no_signal, "nothing to learn")
     assert store.get_run("r").message == "nothing to learn"
+
+
+def _ended(store: EpisodeStore, task: str, reward: float | None, **kw: object) -> str:
+    ep = store.start_episode(task, **kw)  # type: ignore[arg-type]
+    store.end_episode(ep.id, EpisodeStatus.success)
+    if reward is not None:
+        store.add_reward(ep.id, RewardSource.tests, reward)
+    return ep.id
+
+
+def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> None:
+    store = any_store
+    store.ensure_run("r", backend="cpu", base_model="tiny-qwen2")
+    store.ensure_run("other", backend="cpu", base_model="tiny-qwen2")
+    first = _ended(store, "a", 1.0)
+    second = _ended(store, "b", 0.25)
+    store.add_reward(second, RewardSource.feedback, 0.5)  # reward total 0.75
+    _ended(store, "low", 0.25)
+    _ended(store, "no reward", None)
+    _ended(store, "the student's", 1.0, source=EpisodeSource.policy)
+    _ended(store, "implicit", 1.0, implicit=True)
+    still_open = store.start_episode("open")
+    store.add_reward(still_open.id, RewardSource.tests, 1.0)
+    third = _ended(store, "c", 1.0)
+
+    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=10)] == [first, second, third]
+    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=2)] == [first, second]
+    assert store.sft_pending("r", min_reward=0.5) == 3 and store.sft_pending("r", min_reward=0.8) == 2
+
+    run = store.commit_sft_step("r", step=1, trained=[first], unusable=[second], metrics={"losses/sft_loss": 2.0})
+    assert run.step == 1
+    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=10)] == [third]
+    assert len(store.sft_candidates("other", min_reward=0.5, limit=10)) == 3  # cursors are per run
+    with pytest.raises(StoreError):  # an episode is used once per run
+        store.commit_sft_step("r", step=2, trained=[first], unusable=[])
+    with pytest.raises(StoreError, match="cannot commit SFT step 3"):
+        store.commit_sft_step("r", step=3, trained=[third], unusable=[])
+    assert store.get_run("r").step == 1
+    [record] = store.training_steps("r")
+    assert record.reward_mean is None and record.metrics == {"losses/sft_loss": 2.0, "charts/sft_episodes": 1}
+    counts = store.sft_counts("r")
+    assert (counts.steps, counts.episodes_trained, counts.episodes_unusable) == (1, 1, 1)
+
+    store.set_sft_skipped("other", 3, "no supervised step")
+    assert (store.get_run("other").sft_skipped, store.get_run("other").sft_skip_reason) == (3, "no supervised step")

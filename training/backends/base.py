@@ -35,6 +35,11 @@ class BackendUnavailable(BackendError):
     """The chosen backend cannot run here (missing package, GPU or key). Not retried."""
 
 
+class NoTrainableData(BackendError):
+    """The batch has nothing to learn from (every conversation too long, no assistant tokens).
+    Retrying the same batch cannot help: the worker sets it aside instead of backing off."""
+
+
 @dataclass
 class BackendConfig:
     """What every backend needs. Field docs double as the `rlide.toml` [training] reference."""
@@ -105,7 +110,9 @@ class TrainingBackend(Protocol):
 class SupportsSFT(Protocol):
     """Backends that can also take a supervised step on `sft` export records (cpu today)."""
 
-    def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult: ...
+    def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult:
+        """One optimizer step on these chat records; saves checkpoint step+1 like `train`.
+        Raises `NoTrainableData` when none of them has anything to learn from."""
 
 
 def make_backend(config: BackendConfig) -> TrainingBackend:

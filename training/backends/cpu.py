@@ -27,7 +27,14 @@ from openai.types.chat.chat_completion import Choice, ChoiceLogprobs  # noqa: E4
 from openai.types.chat.chat_completion_message import ChatCompletionMessage  # noqa: E402
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob  # noqa: E402
 
-from training.backends.base import BackendConfig, BackendError, BackendUnavailable, TrainResult, checkpoint_steps  # noqa: E402
+from training.backends.base import (  # noqa: E402
+    BackendConfig,
+    BackendError,
+    BackendUnavailable,
+    NoTrainableData,
+    TrainResult,
+    checkpoint_steps,
+)
 from training.backends.tiny import ensure_base  # noqa: E402
 from training.groups import Group, to_art  # noqa: E402
 
@@ -341,7 +348,7 @@ class CpuBackend:
         examples = [sft_example(self.tokenizer, c["messages"], c.get("tools")) for c in conversations]
         rows = [r for r in examples if len(r[0]) <= self.config.max_seq_len and any(lab != -100 for lab in r[1])]
         if not rows:
-            raise BackendError(
+            raise NoTrainableData(
                 f"no conversation fits max_seq_len={self.config.max_seq_len} with assistant tokens to learn from"
             )
         width = max(len(ids) for ids, _ in rows)
