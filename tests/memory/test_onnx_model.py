@@ -1,0 +1,103 @@
+"""The prepared int8-matmul MiniLM graph (memory/onnx_model.py), against the shipped one."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from memory.embedding import OnnxMiniLM
+from memory.errors import EmbedderError
+from memory.onnx_model import drop_nan_guards, prepared_model_path
+
+CODE = [
+    "def read_config(path):\n    with open(path) as fh:\n        return json.load(fh)",
+    "class LRUCache:\n    def __init__(self, size):\n        self.items = OrderedDict()",
+    "func fib(n int) int { if n < 2 { return n }; return fib(n-1) + fib(n-2) }",
+    "export function startServer(port: number) { return http.createServer(app).listen(port) }",
+    "fn parse_header(line: &str) -> Option<(String, String)> { line.split_once(':') }",
+]
+
+
+def _guarded_softmax() -> onnx.ModelProto:
+    """softmax -> Where(IsNaN(p), 0, p) -> Identity, plus a Where of another shape that must stay."""
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "p"], ["guarded"]),
+        helper.make_node("Identity", ["guarded"], ["y"]),
+        helper.make_node("Greater", ["x", "zero"], ["positive"]),
+        helper.make_node("Where", ["positive", "x", "zero"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "guarded",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3]),
+        ],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_drop_nan_guards_rewires_only_the_guard() -> None:
+    model = _guarded_softmax()
+    x = np.array([[1.0, 2.0, -3.0], [0.5, -0.5, 0.0]], np.float32)
+    before = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert drop_nan_guards(model.graph) == 1
+    assert [n.op_type for n in model.graph.node] == ["Softmax", "Identity", "Greater", "Where"]
+    onnx.checker.check_model(model)
+    after = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
+    assert drop_nan_guards(model.graph) == 0
+
+
+def test_prepared_graph_matches_the_shipped_one() -> None:
+    prepared = OnnxMiniLM()
+    shipped = OnnxMiniLM(variant="shipped")
+    assert prepared.model_id != shipped.model_id  # different vectors, different cache and store key
+    a, b = prepared.embed(CODE), shipped.embed(CODE)
+    cosine = (a * b).sum(axis=1)
+    assert cosine.min() > 0.98, cosine
+    # The same nearest neighbour for each query under both graphs.
+    queries = ["load json settings from a file", "least recently used cache", "fibonacci number"]
+    for query, want in zip(queries, [0, 1, 2], strict=True):
+        assert int(np.argmax(a @ prepared.embed_query(query))) == want
+        assert int(np.argmax(b @ shipped.embed_query(query))) == want
+
+
+def test_preparing_from_scratch_is_atomic_under_concurrency(tmp_path: Path) -> None:
+    cache = tmp_path / "models"
+    results: list[Path | BaseException] = []
+
+    def prepare() -> None:
+        try:
+            results.append(prepared_model_path(cache))
+        except BaseException as exc:  # surfaced by the assertion below
+            results.append(exc)
+
+    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2 and results[0] == results[1], results
+    path = results[0]
+    assert isinstance(path, Path) and path.parent == cache
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".prepare.lock", path.name])  # no half files
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert "IsNaN" not in ops and "MatMulInteger" in ops
+
+
+def test_unwritable_model_cache_is_an_actionable_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(EmbedderError, match="RLIDE_MODEL_CACHE"):
+        prepared_model_path(blocker / "models")
