@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from memory.chunking import chunk_text
@@ -95,3 +97,21 @@ def test_set_vectors_ignores_vanished_chunks(store: Store, embedder: CachedEmbed
     store.delete_files(["cmd/main.go"])
     store.set_vectors([p.chunk_id for p in pending], np.ones((len(pending), embedder.dim), np.float32))
     assert store.stats().chunks == 0
+
+
+def test_sqlite_bm25_leaves_out_near_stopword_tokens_only_when_rarer_ones_exist(tmp_path: Path) -> None:
+    from memory.stores.sqlite import COMMON_TOKEN_SHARE, SQLiteStore
+
+    store = SQLiteStore(tmp_path / "index.sqlite", model_id="m", dim=4)
+    try:
+        files = {f"pkg/mod{i}.py": f"def handler_{i}(request):\n    return request.body\n" for i in range(12)}
+        files["pkg/special.py"] = "def checksum_frobnicate(request):\n    return crc(request)\n"
+        for path, text in files.items():
+            _index(store, path, text, "python")
+        assert COMMON_TOKEN_SHARE * store.stats().chunks < 13  # `request` is in every chunk
+        both = store.keyword_search(query_tokens("request frobnicate"), 10, Filters())
+        assert [hit.path for hit in both] == ["pkg/special.py"]  # rows matching only `request` skipped
+        common = store.keyword_search(query_tokens("request"), 10, Filters())
+        assert len(common) == 10  # a query of common tokens only keeps them
+    finally:
+        store.close()
