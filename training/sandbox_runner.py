@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from envpool.sandbox import RunRequest, RunResult, RunStatus, Sandbox, TestRunRequest, make_sandbox, prepare_test_run
 from training.scenarios import RunOutcome, VerifierUnavailable
+from training.snapshots import GitSnapshots
 
 OUTPUT_TAIL = 4_000
 
@@ -18,21 +19,37 @@ def _outcome(result: RunResult) -> RunOutcome:
 
 
 class SandboxRunner:
-    """A `ProgramRunner` and `WorkspaceRunner` over one envpool sandbox backend (thread-safe)."""
+    """A `ProgramRunner` and `WorkspaceRunner` over one envpool sandbox backend (thread-safe).
 
-    def __init__(self, backend: str = "bwrap") -> None:
+    A workspace is the `files` given, or else the git commit `snapshot` of the repository
+    `workspace`, read by `snapshots` (size-capped; git runs here, outside the sandbox, only to
+    read the repository; the tests run inside it)."""
+
+    def __init__(self, backend: str = "bwrap", *, snapshots: GitSnapshots | None = None) -> None:
         self.sandbox: Sandbox = make_sandbox(backend)
+        self.snapshots = snapshots or GitSnapshots()
 
     def run_python(self, program: str, *, timeout_s: float) -> RunOutcome:
         return _outcome(self.sandbox.run(RunRequest(language="python", code=program, timeout_s=timeout_s)))
 
     def run_command(
-        self, command: str, *, snapshot: str | None, files: dict[str, str], patch: str | None, timeout_s: float
+        self,
+        command: str,
+        *,
+        snapshot: str | None,
+        files: dict[str, str],
+        patch: str | None,
+        timeout_s: float,
+        workspace: str | None = None,
     ) -> RunOutcome:
         if not files:
-            raise VerifierUnavailable(
-                f"workspace snapshot {snapshot!r} is not self-contained: the sandbox runner needs the files themselves"
-            )
+            if snapshot is None:
+                raise VerifierUnavailable("nothing to run the tests on: no files and no snapshot")
+            if workspace is None:
+                raise VerifierUnavailable(
+                    f"workspace snapshot {snapshot!r} names no repository: record the episode's workspace"
+                )
+            files = self.snapshots.files(workspace, snapshot).files
         test = TestRunRequest(files=files, patch=patch, test_command=command, timeout_s=timeout_s)
         return _outcome(self.sandbox.run(prepare_test_run(test)))
 

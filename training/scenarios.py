@@ -5,7 +5,9 @@ completion into a reward. Three verifiers:
 
     toy        a pure function (training.toy): exact, instant, for the CPU learning demo
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
-    command    a test command re-run in the workspace snapshot (needs a workspace runner)
+    command    a test command re-run in the workspace snapshot (needs a workspace runner): the files
+               recorded with the episode, or a git commit of the episode's workspace repository
+               (`training.snapshots`, materialised by `SandboxRunner`)
 
 Running code goes through a `ProgramRunner` (envpool's sandbox satisfies it once it lands);
 `SubprocessRunner` here is a plain subprocess with limits, NOT a sandbox: only for trusted code
@@ -54,11 +56,19 @@ class ProgramRunner(Protocol):
 
 @runtime_checkable
 class WorkspaceRunner(Protocol):
-    """Runs a test command on a fresh workspace: `files` (or the snapshot `snapshot` names) with the
-    student's `patch` applied first. envpool's `SandboxRunner` runs self-contained `files`."""
+    """Runs a test command on a fresh workspace: `files`, or when there are none the snapshot
+    `snapshot` names (a git ref of the repository at `workspace`), with the student's `patch`
+    applied first. `training.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
 
     def run_command(
-        self, command: str, *, snapshot: str | None, files: dict[str, str], patch: str | None, timeout_s: float
+        self,
+        command: str,
+        *,
+        snapshot: str | None,
+        files: dict[str, str],
+        patch: str | None,
+        timeout_s: float,
+        workspace: str | None = None,
     ) -> RunOutcome: ...
 
 
@@ -105,7 +115,9 @@ class Scenario:
     messages: tuple[dict[str, Any], ...]
     verifier: Verifier
     workspace_ref: str | None = None
-    """Where the task's files come from: a git ref, a snapshot id, or None for self-contained tasks."""
+    """Where the task's files come from: a git ref of `workspace`, or None for self-contained tasks."""
+    workspace: str | None = None
+    """The repository `workspace_ref` belongs to (the episode's workspace)."""
     split: Literal["train", "heldout"] = "train"
     source_episode: str | None = None
 
@@ -170,6 +182,7 @@ def verify(
             files=files,
             patch=extract_patch(completion),
             timeout_s=float(scenario.verifier.data.get("timeout_s", timeout_s)),
+            workspace=scenario.workspace,
         )
         return 1.0 if outcome.passed else 0.0
     raise ValueError(f"unknown verifier kind {kind!r}")
@@ -270,14 +283,18 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
         command = args.get("test_command") or args.get("command")  # rlide's run_tests, or another tool's
         if (step.tool in TEST_TOOLS or "test" in step.tool) and isinstance(command, str) and command.strip():
             files = args.get("files") if isinstance(args.get("files"), dict) else {}
-            snapshot = args.get("snapshot") or args.get("commit") or (None if files else episode.workspace)
+            # Without recorded files the run needs the commit it was made at: the workspace's
+            # current state is not the episode's, so an episode with neither is not re-checkable.
+            snapshot = args.get("snapshot") or args.get("commit")
             if not snapshot and not files:
                 return None
+            repo = args.get("repo") or args.get("workspace") or episode.workspace
             return Scenario(
                 id=f"episode/{episode.id}",
                 messages=messages,
                 verifier=Verifier("command", {"command": command, "files": files}),
-                workspace_ref=None if snapshot is None else str(snapshot),
+                workspace_ref=None if not snapshot else str(snapshot),
+                workspace=None if not repo else str(repo),
                 source_episode=episode.id,
             )
     return None
@@ -285,7 +302,7 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
 
 def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None = None) -> list[Scenario]:
     """Ended episodes whose reward can be re-checked: a HumanEval task id, or a test command with a
-    `tests` reward and a workspace snapshot."""
+    `tests` reward and either its files or the commit (`snapshot`/`commit` argument) it ran at."""
     out = []
     for episode in episodes if episodes is not None else store.terminal_episodes():
         if episode.implicit:

@@ -108,15 +108,24 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
     scenarios = {s.source_episode: s for s in scenarios_from_log(store)}
     assert set(scenarios) == {ep.id, he.id}
     cmd = scenarios[ep.id]
-    assert cmd.verifier.kind == "command" and cmd.workspace_ref == "abc123"
+    assert cmd.verifier.kind == "command" and cmd.workspace_ref == "abc123" and cmd.workspace == "/repo"
     assert cmd.verifier.data == {"command": "pytest -q tests/test_parse.py", "files": {}}
     assert scenarios[he.id].verifier.kind == "humaneval" and scenarios[he.id].split == "train"
 
     class Workspace:
         def run_command(
-            self, command: str, *, snapshot: str | None, files: dict[str, str], patch: str | None, timeout_s: float
+            self,
+            command: str,
+            *,
+            snapshot: str | None,
+            files: dict[str, str],
+            patch: str | None,
+            timeout_s: float,
+            workspace: str | None = None,
         ) -> RunOutcome:
-            return RunOutcome(snapshot == "abc123" and command.startswith("pytest") and patch is not None)
+            return RunOutcome(
+                snapshot == "abc123" and workspace == "/repo" and command.startswith("pytest") and patch is not None
+            )
 
     fix = "```diff\n--- a/parse.py\n+++ b/parse.py\n@@ -1 +1 @@\n-x\n+y\n```"
     assert verify(cmd, fix, workspace_runner=Workspace()) == 1.0

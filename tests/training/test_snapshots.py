@@ -1,0 +1,162 @@
+"""Test-command scenarios at a git commit: `GitSnapshots` reads the commit, the sandbox runs the tests.
+
+A real temporary repository whose tests pass at one commit and fail at the next.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from training.records import EpisodeStatus, RewardSource
+from training.scenarios import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
+from training.snapshots import GitSnapshots
+from training.store import EpisodeStore
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+GOOD = "def add(a, b):\n    return a + b\n"
+BROKEN = "def add(a, b):\n    return a - b\n"
+TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+FIX = (
+    "The fix:\n```diff\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
+    " def add(a, b):\n-    return a - b\n+    return a + b\n```"
+)
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    done = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """`good` (tag): tests pass; `main`, one commit later: `add` subtracts and the tests fail."""
+    root = tmp_path / "project"
+    (root / "tests").mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    (root / "calc.py").write_text(GOOD)
+    (root / "tests" / "test_calc.py").write_text(TESTS)
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    (root / "link.py").symlink_to("calc.py")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "add works")
+    git(root, "tag", "good")
+    (root / "calc.py").write_text(BROKEN)
+    git(root, "commit", "-q", "-am", "break add")
+    (root / "calc.py").write_text("uncommitted edits never reach a snapshot\n")
+    return root
+
+
+def test_a_commit_is_read_exactly_without_touching_the_worktree(repo: Path) -> None:
+    snapshots = GitSnapshots()
+    good = snapshots.files(repo, "good")
+    assert good.files == {"calc.py": GOOD, "tests/test_calc.py": TESTS}
+    assert sorted(good.skipped) == ["link.py", "logo.png"]  # a symlink and a binary cannot travel as text
+    assert good.commit == git(repo, "rev-parse", "good")
+    head = snapshots.files(str(repo), "main")
+    assert head.files["calc.py"] == BROKEN and head.commit == git(repo, "rev-parse", "HEAD")
+    assert snapshots.files(repo, head.commit[:10]).files == head.files  # an abbreviated id resolves too
+    assert (repo / "calc.py").read_text().startswith("uncommitted")
+    assert git(repo, "status", "--porcelain") == "M calc.py"
+
+
+def test_missing_repositories_refs_and_oversized_snapshots_say_why(repo: Path, tmp_path: Path) -> None:
+    snapshots = GitSnapshots()
+    with pytest.raises(VerifierUnavailable, match="does not exist"):
+        snapshots.files(tmp_path / "nowhere", "main")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(VerifierUnavailable, match="not a git repository"):
+        snapshots.files(tmp_path / "plain", "main")
+    with pytest.raises(VerifierUnavailable, match="has no commit 'gone'"):
+        snapshots.files(repo, "gone")
+    with pytest.raises(VerifierUnavailable, match="has no commit"):
+        snapshots.files(repo, "0" * 40)
+    for bad in ("--output=/tmp/x", "-h", "main extra", ""):
+        with pytest.raises(VerifierUnavailable, match="is not a git ref"):
+            snapshots.files(repo, bad)
+    with pytest.raises(VerifierUnavailable, match=r"too large.*3 files"):
+        GitSnapshots(max_files=2).files(repo, "good")
+    with pytest.raises(VerifierUnavailable, match=r"too large.*limits 256 files, 40 bytes"):
+        GitSnapshots(max_bytes=40).files(repo, "good")
+
+
+@pytest.fixture
+def sandbox() -> Iterator[object]:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap missing: `make setup` installs it")
+    from training.sandbox_runner import SandboxRunner
+
+    runner = SandboxRunner()
+    yield runner
+    runner.close()
+
+
+def _scenario(repo: Path, ref: str) -> Scenario:
+    return Scenario(
+        id=f"git/{ref}",
+        messages=({"role": "user", "content": "make the tests pass"},),
+        verifier=Verifier("command", {"command": "python -m pytest -q tests", "files": {}}),
+        workspace_ref=ref,
+        workspace=str(repo),
+    )
+
+
+def test_the_tests_pass_at_one_commit_and_fail_at_the_next(repo: Path, sandbox: object) -> None:
+    from training.sandbox_runner import SandboxRunner
+
+    assert isinstance(sandbox, SandboxRunner)
+    assert verify(_scenario(repo, "good"), "nothing to change", workspace_runner=sandbox) == 1.0
+    assert verify(_scenario(repo, "main"), "nothing to change", workspace_runner=sandbox) == 0.0
+    assert verify(_scenario(repo, "main"), FIX, workspace_runner=sandbox) == 1.0  # the student's patch, applied
+    assert verify(_scenario(repo, "main"), FIX.replace("a + b", "a * b"), workspace_runner=sandbox) == 0.0
+    with pytest.raises(VerifierUnavailable, match="has no commit 'gone'"):
+        verify(_scenario(repo, "gone"), FIX, workspace_runner=sandbox)
+    no_repo = Scenario(id="x", messages=(), verifier=_scenario(repo, "main").verifier, workspace_ref="main")
+    with pytest.raises(VerifierUnavailable, match="names no repository"):
+        verify(no_repo, FIX, workspace_runner=sandbox)
+
+
+def test_an_episode_at_a_commit_becomes_a_re_checkable_scenario(
+    repo: Path, sandbox: object, store: EpisodeStore
+) -> None:
+    from training.sandbox_runner import SandboxRunner
+
+    assert isinstance(sandbox, SandboxRunner)
+    broken = git(repo, "rev-parse", "main")
+    ep = store.start_episode("fix add", workspace=str(repo))
+    store.add_step(
+        ep.id,
+        tool="run_tests",
+        arguments={"command": "python -m pytest -q tests", "commit": broken},
+        result_summary="1 failed",
+        error=None,
+        duration_ms=300,
+    )
+    store.add_reward(ep.id, RewardSource.tests, -1.0)
+    store.end_episode(ep.id, EpisodeStatus.failure)
+    no_ref = store.start_episode("fix add, no commit recorded", workspace=str(repo))
+    store.add_step(
+        no_ref.id, tool="run_tests", arguments={"command": "pytest"}, result_summary="", error=None, duration_ms=1
+    )
+    store.add_reward(no_ref.id, RewardSource.tests, -1.0)
+    store.end_episode(no_ref.id, EpisodeStatus.failure)
+
+    [scenario] = scenarios_from_log(store)  # the one without a commit cannot be re-checked
+    assert (scenario.workspace_ref, scenario.workspace) == (broken, str(repo))
+    assert verify(scenario, "no idea", workspace_runner=sandbox) == 0.0
+    assert verify(scenario, FIX, workspace_runner=sandbox) == 1.0

@@ -1,0 +1,191 @@
+"""Workspace snapshots for test-command scenarios: the files of a git commit, ready for the sandbox.
+
+A scenario taken from an episode in a real repository names a commit (`workspace_ref`) of the
+episode's workspace (`workspace`). `GitSnapshots.files(repo, ref)` resolves the ref to a commit and
+reads its tree with `git archive` (no worktree, no checkout, nothing written to the repository),
+so the sandbox run gets exactly the committed files, with the student's patch applied on top.
+
+Limits, checked before the archive is read (from `git ls-tree`) and again while reading it: at most
+`max_files` files and `max_bytes` bytes (defaults: what one sandbox request takes). Binary files
+(not UTF-8) and symlinks cannot travel as text files: they are left out and listed in
+`Snapshot.skipped`. `export-ignore`/`export-subst` attributes apply, as for any `git archive`.
+Submodules are not included. Every failure (no git, no repository, no such ref, too large) is a
+`VerifierUnavailable` whose message says which.
+
+Resolved snapshots are cached per (repository, commit id): a commit's tree never changes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
+from training.scenarios import VerifierUnavailable
+
+DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
+"""Half a sandbox request: the rest is left for the patch and the test command."""
+_TAR_OVERHEAD = 2048
+"""Upper bound of tar bytes per entry besides its content: a header block, a pax header and its
+data, padding. Directories are entries too, hence twice `max_files` entries in the read cap."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    commit: str
+    """The full commit id the ref resolved to."""
+    files: dict[str, str]
+    """Relative path -> text content of every regular UTF-8 file of the commit."""
+    skipped: tuple[str, ...] = ()
+    """Paths left out: binary files and symlinks."""
+
+
+class GitSnapshots:
+    """Reads commits of local git repositories as sandbox file sets, within size limits."""
+
+    def __init__(
+        self,
+        *,
+        max_files: int = MAX_FILES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        timeout_s: float = 60.0,
+        cache_size: int = 8,
+    ) -> None:
+        if max_files < 1 or max_bytes < 1:
+            raise ValueError("max_files and max_bytes must be positive")
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def files(self, repo: str | Path, ref: str) -> Snapshot:
+        """The files of `ref` (a commit id, branch or tag) in the git repository at `repo`."""
+        if not isinstance(ref, str) or not ref or ref.startswith("-") or any(c.isspace() or c == "\0" for c in ref):
+            raise VerifierUnavailable(f"{ref!r} is not a git ref: expected a commit id, branch or tag")
+        root = Path(repo).expanduser()
+        if not root.is_dir():
+            raise VerifierUnavailable(f"the workspace repository {str(root)!r} does not exist on this machine")
+        root = root.resolve()
+        if shutil.which("git") is None:
+            raise VerifierUnavailable("re-checking a git snapshot needs git: apt-get install git")
+        commit = self._resolve(root, ref)
+        key = (str(root), commit)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        self._check_size(root, commit, ref)
+        snapshot = self._archive(root, commit, ref)
+        with self._lock:
+            self._cache[key] = snapshot
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return snapshot
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _git(self, root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        try:
+            return subprocess.run(
+                ["git", "-C", str(root), *args], capture_output=True, timeout=self.timeout_s, env=env, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise VerifierUnavailable(f"git {args[0]} in {root} took longer than {self.timeout_s:.0f}s") from exc
+
+    def _resolve(self, root: Path, ref: str) -> str:
+        done = self._git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+        if done.returncode == 0:
+            return done.stdout.decode().strip()
+        probe = self._git(root, "rev-parse", "--git-dir")
+        if probe.returncode != 0:
+            why = probe.stderr.decode(errors="replace").strip().splitlines()
+            raise VerifierUnavailable(
+                f"{root} is not a git repository this process can read ({why[-1] if why else 'git failed'})"
+            )
+        raise VerifierUnavailable(f"the repository {root} has no commit {ref!r} (deleted branch, or not fetched?)")
+
+    def _check_size(self, root: Path, commit: str, ref: str) -> None:
+        done = self._git(root, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+        if done.returncode != 0:
+            raise VerifierUnavailable(f"git ls-tree {ref} in {root} failed: {done.stderr.decode(errors='replace')}")
+        count = size = 0
+        for entry in done.stdout.split(b"\0"):
+            meta = entry.split(b"\t", 1)[0].split()
+            if len(meta) == 4 and meta[1] == b"blob" and meta[0] != b"120000":
+                count += 1
+                size += int(meta[3])
+        self._refuse_if_large(count, size, root, ref)
+
+    def _refuse_if_large(self, count: int, size: int, root: Path, ref: str) -> None:
+        if count > self.max_files or size > self.max_bytes:
+            raise VerifierUnavailable(
+                f"snapshot {ref!r} of {root} is too large to re-run in the sandbox: {count} files, {size} bytes"
+                f" (limits {self.max_files} files, {self.max_bytes} bytes); record the files the tests need"
+                " with the episode instead"
+            )
+
+    def _archive(self, root: Path, commit: str, ref: str) -> Snapshot:
+        cap = self.max_bytes + _TAR_OVERHEAD * (2 * self.max_files + 2) + 10_240  # + end blocks, record padding
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                ["git", "-C", str(root), "archive", "--format=tar", commit],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+            )
+            timer = threading.Timer(self.timeout_s, proc.kill)
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                data = proc.stdout.read(cap + 1)
+                if len(data) > cap:  # export-subst or a racing rewrite made it larger than ls-tree said
+                    proc.kill()
+                code = proc.wait()
+            finally:
+                timer.cancel()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+            err.seek(0)
+            stderr = err.read().decode(errors="replace")
+        if len(data) > cap:
+            raise VerifierUnavailable(
+                f"snapshot {ref!r} of {root} is too large to re-run in the sandbox: its archive exceeds {cap} bytes"
+                f" (limits {self.max_files} files, {self.max_bytes} bytes)"
+            )
+        if code != 0:
+            raise VerifierUnavailable(f"git archive {ref} in {root} failed (exit {code}): {stderr.strip()[-500:]}")
+        files: dict[str, str] = {}
+        skipped: list[str] = []
+        size = 0
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for member in tar:
+                if member.isdir():
+                    continue
+                if not member.isfile():
+                    skipped.append(member.name)
+                    continue
+                extracted = tar.extractfile(member)
+                raw = extracted.read() if extracted is not None else b""
+                try:
+                    files[member.name] = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    skipped.append(member.name)
+                    continue
+                size += len(raw)
+        self._refuse_if_large(len(files), size, root, ref)
+        return Snapshot(commit=commit, files=files, skipped=tuple(skipped))
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "GitSnapshots", "Snapshot"]
