@@ -315,26 +315,33 @@ async def test_async_cancellation_kills_the_run(sandbox: BwrapSandbox) -> None:
     assert result.stdout == "next\n"
 
 
+def _sandbox_pythons(sb: BwrapSandbox) -> dict[int, int]:
+    """pid -> parent pid of every Python process in the sandbox's process tree (the fork-server,
+    and the spare child it keeps forked for the next run)."""
+    from envpool.sandbox.cgroups import process_tree
+
+    server = sb._live[0].server
+    assert server.proc is not None
+    found = {}
+    for pid in process_tree(server.proc.pid):
+        try:
+            if "python" in Path(f"/proc/{pid}/comm").read_text():
+                found[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    return found
+
+
 async def test_server_death_is_a_sandbox_error_and_recovers() -> None:
     sb = BwrapSandbox(BwrapConfig())
     try:
         sb.warm(1)
-        server = sb._live[0].server
-        assert server.proc is not None
-
-        from envpool.sandbox.cgroups import process_tree
-
-        def comm(pid: int) -> str:
-            try:
-                return Path(f"/proc/{pid}/comm").read_text()
-            except OSError:
-                return ""
-
-        pythons = [p for p in process_tree(server.proc.pid) if "python" in comm(p)]
+        pythons = _sandbox_pythons(sb)
+        server_pid = next(pid for pid, parent in pythons.items() if parent not in pythons)
 
         async def kill_server_soon() -> None:
             await anyio.sleep(0.3)
-            os.kill(pythons[0], signal.SIGKILL)  # the fork-server inside the sandbox dies mid-run
+            os.kill(server_pid, signal.SIGKILL)  # the fork-server inside the sandbox dies mid-run
 
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
@@ -344,6 +351,22 @@ async def test_server_death_is_a_sandbox_error_and_recovers() -> None:
         assert result.status is RunStatus.SANDBOX_ERROR and "server" in result.detail
         assert sandbox_uid_pids() == []  # the namespace died with its server
         await assert_still_serving(sb)
+    finally:
+        sb.close()
+
+
+async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
+    sb = BwrapSandbox(BwrapConfig())
+    try:
+        sb.warm(1)
+        await assert_still_serving(sb)
+        pythons = _sandbox_pythons(sb)
+        spares = [pid for pid, parent in pythons.items() if parent in pythons]
+        assert len(spares) == 1, pythons  # the child for the next run is already forked, and waits
+        os.kill(spares[0], signal.SIGKILL)
+        await assert_still_serving(sb)  # its dead pipe is noticed; a fresh child runs the program
+        await assert_still_serving(sb)
+        assert spares[0] not in _sandbox_pythons(sb)  # reaped, not left a zombie
     finally:
         sb.close()
 
