@@ -6,15 +6,18 @@ access to the host's site-packages. The host talks to it over its stdin/stdout w
 
 Per run it uses one child forked from an interpreter that already imported the common stdlib, so
 a trivial Python program costs a few milliseconds instead of a 20 ms interpreter start. The child
-for the next run is forked as soon as an answer is written, and does everything that does not
-depend on the request while it waits: new session and process group, its pipes, a fresh workspace
-directory, Python's stdio objects and environment. Forking and that set-up were 2-3 ms of the
-4.7 ms a trivial run took inside the server (page-table copy, then ~500 copy-on-write faults).
+for the next run is forked while the current one runs (with a uid to drop to; otherwise right after
+the answer), and does everything that does not depend on the request while it waits: new session
+and process group, its pipes, a fresh workspace directory, Python's stdio objects and environment.
+Forking and that set-up were 2-3 ms of the 4.7 ms a trivial run took inside the server (the
+page-table copy, then ~500 copy-on-write faults).
 When the request arrives on its control pipe the child sets its limits, drops to the unprivileged
 uid, writes the files and either exec()s the program in a fresh `__main__` (python) or execve()s
 sh/node. After the child exits, every process of that uid (or, without a uid to drop to, every
 process in the PID namespace but ourselves) is SIGKILLed and reaped, and the workspace is deleted.
-The next child is forked only after that sweep, so a sweep never meets a waiting child.
+A waiting child keeps the sandbox's root uid and a root-owned workspace until its request comes,
+so a running program (another uid) can neither touch it nor plant files for the next run, and the
+uid sweep passes it by.
 
 Modes: `serve` (default; loop over requests) and `--once` (one request, for fresh-sandbox runs).
 """
@@ -188,6 +191,7 @@ class Server:
         self.counter = 0
         self.bin_dir = os.path.dirname(sys.executable)
         self.host_gone = False
+        self.once = False
         self.spare: Spare | None = None
 
     # ---- child side -------------------------------------------------------------------------
@@ -324,9 +328,9 @@ class Server:
         """Fork the child for the next run now, so that a caller waits only for its own program."""
         self.counter += 1
         ws = os.path.join(self.ws_root, f"r{os.getpid()}-{self.counter}")
+        # Ours (mode 0700) until its run starts: a program running now as the sandbox uid cannot
+        # plant files in the next run's workspace.
         os.mkdir(ws, 0o700)
-        if self.sweep_mode == "uid":
-            os.chown(ws, self.uid, self.gid)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -361,18 +365,29 @@ class Server:
         spare, self.spare = self.spare or self.fork_spare(), None
         t0 = time.monotonic()
         try:
-            write_frame(spare.control, req)
+            self.dispatch(spare, req)
         except BrokenPipeError:  # the spare died while it waited (nothing ran): use a fresh one
             self.spare = spare
             self.discard_spare()
             spare = self.fork_spare()
             t0 = time.monotonic()
-            write_frame(spare.control, req)
-        os.close(spare.control)
+            self.dispatch(spare, req)
+        if self.sweep_mode == "uid" and not self.once:
+            # Fork the next run's child while this one runs. Only with a uid to drop to: until its
+            # request comes the spare keeps the sandbox's root uid, so neither this run's program
+            # (another uid) nor the uid sweep after it can touch it. Without a separate uid the
+            # program could reach into the waiting child, so the next one is forked after the sweep.
+            self.refill()
         try:
             return self.supervise(req, spare.pid, t0, spare.stdin, spare.stdout, spare.stderr)
         finally:
             shutil.rmtree(spare.ws, ignore_errors=True)
+
+    def dispatch(self, spare: Spare, req: Json) -> None:
+        if self.sweep_mode == "uid":
+            os.chown(spare.ws, self.uid, self.gid)
+        write_frame(spare.control, req)
+        os.close(spare.control)
 
     def supervise(self, req: Json, pid: int, t0: float, in_w: int, out_r: int, err_r: int) -> Json:
         limit = int(req["max_output_bytes"])
@@ -488,6 +503,7 @@ class Server:
         return "error"
 
     def serve(self, once: bool) -> None:
+        self.once = once
         if not once:
             for name in PREIMPORT:
                 with contextlib.suppress(ImportError):
@@ -517,7 +533,8 @@ class Server:
                         write_frame(1, resp)
                     return
                 write_frame(1, resp)
-                self.refill()
+                if self.spare is None:
+                    self.refill()
             elif op == "ping":
                 write_frame(1, {"op": "pong"})
             # a stray "cancel" that arrives after its run finished is ignored

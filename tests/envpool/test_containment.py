@@ -371,6 +371,32 @@ async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
         sb.close()
 
 
+async def test_a_run_cannot_plant_files_in_the_next_runs_workspace(sandbox: BwrapSandbox) -> None:
+    # The next run's child is forked, with its workspace, while this program runs.
+    plant = await run(
+        sandbox,
+        """
+        import os, re, time
+        here = os.getcwd()
+        prefix, n = re.fullmatch(r"(.*-)(\\d+)", here).groups()
+        time.sleep(0.2)  # let the next run's workspace appear
+        for k in range(int(n) + 1, int(n) + 4):
+            target = f"{prefix}{k}"
+            try:
+                with open(os.path.join(target, "planted.py"), "w") as fh:
+                    fh.write("print('planted')")
+                print("planted", target)
+            except OSError as exc:
+                print("refused", target, type(exc).__name__, os.path.isdir(target))
+        """,
+    )
+    assert plant.status is RunStatus.OK, plant
+    assert "planted " not in plant.stdout
+    assert "PermissionError True" in plant.stdout  # the next workspace existed, and was closed to us
+    after = await run(sandbox, "import os; print(sorted(os.listdir('.')))")
+    assert after.stdout == "[]\n"
+
+
 async def test_limits_that_hit_before_the_child_is_set_up_still_kill_it(sandbox: BwrapSandbox) -> None:
     """Regression: a cancel or timeout landing before the child's setsid()/uid drop must kill it."""
     from envpool.sandbox.base import CancelToken
