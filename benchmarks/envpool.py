@@ -1,7 +1,8 @@
 """Sandbox and pool throughput. Prints one JSON object on stdout.
 
 - per-run cost of a trivial Python program (`pass`) for each backend, end to end as seen by the
-  caller (p50/p99 ms), next to a bare `python3 -c pass` start, and the difference ("overhead");
+  caller (p50/p99 ms), next to a bare `python3 -c pass` start, and the difference ("overhead"),
+  measured in interleaved rounds after a warm-up so that drift in machine speed hits all alike;
 - HumanEval-164 canonical solutions, runs/s: a plain serial loop over one warm sandbox, a thread
   pool over that same sandbox object, and the pufferlib-vectorized EnvPool (gym send/recv).
 
@@ -11,6 +12,7 @@ Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--pas
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -55,31 +57,49 @@ def timed(fn: Callable[[], Any], runs: int) -> list[float]:
     return samples
 
 
-def bare_python(runs: int) -> dict[str, float]:
-    def once() -> None:
-        subprocess.run([BASE_PYTHON, "-c", "pass"], check=True)
-
-    once()
-    return percentiles(timed(once, runs))
+def bare_python_once() -> None:
+    subprocess.run([BASE_PYTHON, "-c", "pass"], check=True)
 
 
-def backend_cost(name: str, runs: int, bare_p50: float) -> dict[str, Any]:
-    try:
-        sb = make_sandbox(name)
-    except SandboxUnavailable as exc:
-        return {"skipped": str(exc)}
-    try:
-        req = RunRequest(code="pass")
+def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, float], dict[str, Any]]:
+    """Bare `python3 -c pass` and a trivial run in each backend, measured in interleaved rounds so
+    that drift in the machine's speed (large on this shared VM) hits every figure alike. Each
+    sandbox gets 20 warm-up runs first."""
+    boxes: dict[str, Sandbox] = {}
+    report: dict[str, Any] = {}
+    req = RunRequest(code="pass")
+    for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker"):
+        try:
+            sb = make_sandbox(name)
+        except SandboxUnavailable as exc:
+            report[name] = {"skipped": str(exc)}
+            continue
         first = sb.run(req)
         if first.status is not RunStatus.OK:
-            return {"skipped": f"trivial run failed: {first.status.value} {first.detail}"}
-        n = runs if not name.endswith("fresh") else max(20, runs // 5)
-        stats: dict[str, Any] = percentiles(timed(lambda: sb.run(req), n))
-        stats["runs"] = n
-        stats["overhead_vs_bare_p50_ms"] = round(stats["p50_ms"] - bare_p50, 3)
-        return stats
+            report[name] = {"skipped": f"trivial run failed: {first.status.value} {first.detail}"}
+            sb.close()
+            continue
+        for _ in range(2 if name.endswith("fresh") else 20):
+            sb.run(req)
+        boxes[name] = sb
+    bare_python_once()
+    samples: dict[str, list[float]] = {"bare": [], **{name: [] for name in boxes}}
+    try:
+        for _ in range(rounds):
+            samples["bare"] += timed(bare_python_once, max(4, runs // (4 * rounds)))
+            for name, sb in boxes.items():
+                n = runs if not name.endswith("fresh") else max(20, runs // 5)
+                samples[name] += timed(functools.partial(sb.run, req), max(1, n // rounds))
     finally:
-        sb.close()
+        for sb in boxes.values():
+            sb.close()
+    bare = percentiles(samples["bare"])
+    for name in boxes:
+        stats: dict[str, Any] = percentiles(samples[name])
+        stats["runs"] = len(samples[name])
+        stats["overhead_vs_bare_p50_ms"] = round(stats["p50_ms"] - bare["p50_ms"], 3)
+        report[name] = stats
+    return bare, {name: report[name] for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker")}
 
 
 def humaneval_serial(sb: Sandbox, passes: int) -> float:
@@ -141,18 +161,16 @@ def main() -> None:
     args = parser.parse_args()
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
 
-    bare = bare_python(max(20, args.runs // 4))
+    load = round(os.getloadavg()[0], 2)  # other work on the box skews all figures
+    bare, trivial = trivial_runs(args.runs)
     report: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
-            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),  # other work on the box skews all figures
+            "loadavg_1m_at_start": load,
         },
         "bare_python3_c_pass": bare,
-        "trivial_run": {
-            name: backend_cost(name, args.runs, bare["p50_ms"])
-            for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker")
-        },
+        "trivial_run": trivial,
     }
     sb = make_sandbox("bwrap")
     try:
