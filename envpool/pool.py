@@ -8,7 +8,9 @@ Use one mode at a time (a lifecycle state guards it).
 
 Backends: "multiprocessing" (default; `envpool._vector.PipeMultiprocessing`, pufferlib's API with an
 event-driven transport), "serial" (pufferlib's own Serial, in-process, for debugging; it spends one
-send per episode on a reset), "ray" (pufferlib's Ray backend, optional, not used by default).
+send per episode on a reset), "ray" (pufferlib's Ray backend, optional: `ray.init()` joins the
+cluster that `RAY_ADDRESS` names, or starts a local one; a dead Ray worker raises `WorkerDied`, but
+only once the rest of its batch has returned, since pufferlib's Ray `recv` waits for the batch).
 """
 
 from __future__ import annotations
@@ -274,7 +276,14 @@ class EnvPool:
             return
         if self._dispatcher is not None:
             self._dispatcher.stop()
-        self.vecenv.close()
+        try:
+            self.vecenv.close()
+        except Exception as exc:
+            if not (self.backend == "ray" and _is_ray_worker_death(exc)):
+                raise
+            import ray  # pufferlib's close asks every actor first, and a dead one fails that
+
+            ray.shutdown()
         self.state = PoolState.CLOSED
 
     def __enter__(self) -> EnvPool:
@@ -307,6 +316,18 @@ class EnvPool:
         except WorkerDied:
             self.state = PoolState.BROKEN
             raise
+        except Exception as exc:
+            if self.backend == "ray" and _is_ray_worker_death(exc):
+                self.state = PoolState.BROKEN
+                raise WorkerDied(f"a Ray worker died: {type(exc).__name__}: {exc}") from exc
+            raise
+
+
+def _is_ray_worker_death(exc: Exception) -> bool:
+    """Ray's own error when an actor's process is gone (ray is imported only by the ray backend)."""
+    from ray.exceptions import RayActorError
+
+    return isinstance(exc, RayActorError)
 
 
 def _lost() -> RunResult:

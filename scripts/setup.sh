@@ -40,7 +40,7 @@ want=$(cat pyproject.toml scripts/*.sh scripts/*.py 2>/dev/null | sha256sum | cu
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   say "installing rlide and its extras into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e ".[dev,postgres,docker,training]"
+  .venv/bin/pip install -q -e ".[dev,postgres,docker,training,ray]"
   for hook in scripts/setup_*.sh; do
     [[ -e $hook ]] || continue
     say "running $hook"

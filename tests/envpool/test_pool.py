@@ -222,3 +222,43 @@ def test_coding_env_passes_gymnasium_env_checker() -> None:
             check_env(env, skip_render_check=True)
     finally:
         env.close()
+
+
+@pytest.mark.timeout(120)
+def test_ray_backend_runs_tasks_and_a_dead_ray_worker_raises() -> None:
+    """pufferlib's Ray backend on a local Ray cluster (what `RAY_ADDRESS` would spread over machines)."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    import psutil
+
+    tasks = list(load_humaneval())[:4]
+    with EnvPool(num_envs=4, num_workers=2, backend="ray", tasks=tasks) as p:
+        _, infos = p.reset()
+        serving = {info["env_id"]: info["task_id"] for info in infos}
+        assert sorted(serving) == [0, 1, 2, 3]
+        by_id = {t.task_id: t for t in tasks}
+        p.send(np.stack([encode_bytes(by_id[serving[e]].canonical_solution, ACTION_BYTES) for e in range(4)]))
+        _, rewards, _, _, infos, env_ids, _ = p.recv()
+        assert sorted(env_ids.tolist()) == [0, 1, 2, 3]
+        assert rewards.tolist() == [1.0] * 4 and {i["status"] for i in infos} == {"ok"}
+        p.send(np.stack([encode_bytes("    pass\n", ACTION_BYTES)] * 4))
+        _, rewards, *_ = p.recv()
+        assert rewards.tolist() == [0.0] * 4
+
+        actors = [
+            proc
+            for proc in psutil.process_iter(["cmdline"])
+            if (proc.info["cmdline"] or [""])[0].startswith("ray::Serial")
+        ]
+        assert len(actors) == 2, [a.info for a in actors]
+        # pufferlib's Ray recv waits for the whole batch, so the death surfaces when the live
+        # worker's 2 s run returns: bounded by the run, never a hang.
+        p.send(np.stack([encode_bytes("import time\ntime.sleep(2)\n", ACTION_BYTES)] * 4))
+        actors[0].kill()
+        started = time.monotonic()
+        with pytest.raises(WorkerDied, match="Ray worker died"):
+            p.recv()
+        assert time.monotonic() - started < 15
+        assert p.state is PoolState.BROKEN
+    import ray
+
+    assert not ray.is_initialized()  # close() shut the local cluster down despite the dead actor
