@@ -37,7 +37,11 @@ def train(
     run: Annotated[str, typer.Option(help="Training run name (its cursor and history live in the log).")] = "default",
     max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many steps.")] = None,
     scenarios: Annotated[
-        str, typer.Option(help="Self-play scenario set each step: toy, humaneval, or none (log groups only).")
+        str,
+        typer.Option(
+            help="Self-play scenario sets each step, comma-separated: toy, humaneval, log (episodes of the log"
+            " whose tests can be re-run), e.g. humaneval,log; or none (log groups only)."
+        ),
     ] = "toy",
     judge_model: Annotated[
         str | None, typer.Option(help="litellm id of an LLM judge (ART's RULER) mixed into rewards.")
@@ -58,14 +62,25 @@ def train(
 
     configure_logging(settings)
     from training.backends.base import BackendError
+    from training.scenarios import parse_scenario_sets
     from training.worker import WorkerConfig, WorkerError
     from training.worker import train as run_worker
 
+    try:
+        sets = parse_scenario_sets(scenarios)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
     runner = None
-    if scenarios == "humaneval":
+    if {"humaneval", "log"} & set(sets):
+        from envpool.sandbox import SandboxError
         from training.sandbox_runner import SandboxRunner
 
-        runner = SandboxRunner(settings.sandbox)  # the student's programs are contained like an agent's
+        try:
+            runner = SandboxRunner(settings.sandbox)  # the student's code is contained like an agent's
+        except SandboxError as exc:
+            raise fail(
+                f"--scenarios {scenarios} runs the student's code in the sandbox, which is unavailable: {exc}"
+            ) from exc
     config = WorkerConfig.for_home(
         settings.home,
         settings.episode_db_url,
@@ -73,16 +88,19 @@ def train(
         base_model=settings.training_base_model,
         run=run,
         max_steps=max_steps,
-        scenarios=None if scenarios == "none" else scenarios,
+        scenarios=",".join(sets) or None,
         judge_model=judge_model,
         judge_weight=judge_weight,
         sft_min_reward=sft_min_reward,
         sft_batch=sft_batch,
     )
     try:
-        report = run_worker(config, once=once, daemon=daemon, runner=runner)
+        report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
     except (WorkerError, BackendError) as exc:
         raise fail(str(exc)) from exc
+    finally:
+        if runner is not None:
+            runner.close()
     typer.echo(json.dumps(_report_dict(report), indent=2, default=str))
 
 
@@ -126,6 +144,11 @@ def train_status(
     )
     if status.sft_skip_reason:
         typer.echo(f"  sft skipped: {status.sft_skip_reason}")
+    if status.scenarios_unavailable:
+        typer.echo(
+            f"  scenarios skipped (verifier unavailable): {status.scenarios_unavailable};"
+            f" latest: {status.scenario_unavailable_reason}"
+        )
     for point in status.recent:
         mean = "-" if point.reward_mean is None else f"{point.reward_mean:.3f}"
         what = f"sft {point.sft_episodes} episodes" if point.sft_episodes else f"groups {point.groups_trained}"

@@ -144,6 +144,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE training_runs ADD COLUMN sft_skip_reason TEXT",
         ),
     ),
+    # Self-play on scenarios from the log: how many picked scenarios a run had to skip because their
+    # verifier could not run (repository gone, commit missing, no runner), and the latest reason.
+    Migration(
+        "0005_unavailable_scenarios",
+        (
+            "ALTER TABLE training_runs ADD COLUMN scenarios_unavailable INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE training_runs ADD COLUMN scenario_unavailable_reason TEXT",
+        ),
+    ),
 )
 
 

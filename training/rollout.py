@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
 
 from training.backends.base import TrainingBackend
 from training.codec import encode_choice
 from training.groups import Group, Trajectory
-from training.scenarios import ProgramRunner, Scenario, WorkspaceRunner, verify
+from training.scenarios import ProgramRunner, Scenario, VerifierUnavailable, WorkspaceRunner, check_verifier, verify
+
+log = structlog.get_logger(__name__)
 
 
 def pick_scenarios(scenarios: Sequence[Scenario], k: int, *, seed: int, step: int) -> list[Scenario]:
@@ -35,6 +40,10 @@ def rollout_group(
     runner: ProgramRunner | None = None,
     workspace_runner: WorkspaceRunner | None = None,
 ) -> Group:
+    """`group_size` completions of `scenario`, each verified. Raises `VerifierUnavailable` before
+    sampling when the verifier cannot run (`check_verifier`), or from the first verification that
+    finds it cannot."""
+    check_verifier(scenario, runner=runner, workspace_runner=workspace_runner)
     choices = backend.sample(
         list(scenario.messages), n=group_size, max_tokens=max_tokens, temperature=temperature, seed=seed
     )
@@ -68,6 +77,14 @@ def next_attempt(consumed: set[str], run: str, step: int) -> int:
     return max(done) + 1 if done else 0
 
 
+@dataclass
+class Rollouts:
+    groups: list[Group] = field(default_factory=list)
+    """One verified group per scenario that could be scored."""
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Scenario id -> why its verifier could not run (it was skipped)."""
+
+
 def rollout_groups(
     backend: TrainingBackend,
     scenarios: Sequence[Scenario],
@@ -82,21 +99,30 @@ def rollout_groups(
     attempt: int = 0,
     runner: ProgramRunner | None = None,
     workspace_runner: WorkspaceRunner | None = None,
-) -> list[Group]:
+) -> Rollouts:
+    """One group per scenario picked for (seed, step, attempt). A scenario whose verifier cannot run
+    (`VerifierUnavailable`: no runner for it, repository or commit gone) is left out of the groups
+    and listed in `Rollouts.unavailable` with the reason; the other scenarios go on."""
     picked = pick_scenarios(scenarios, groups, seed=seed + attempt * 7_919, step=step)
-    return [
-        rollout_group(
-            backend,
-            s,
-            run=run,
-            step=step,
-            group_size=group_size,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            seed=seed * 1_000_003 + step * 1_009 + attempt * 7_919 + i,
-            attempt=attempt,
-            runner=runner,
-            workspace_runner=workspace_runner,
-        )
-        for i, s in enumerate(picked)
-    ]
+    out = Rollouts()
+    for i, s in enumerate(picked):
+        try:
+            out.groups.append(
+                rollout_group(
+                    backend,
+                    s,
+                    run=run,
+                    step=step,
+                    group_size=group_size,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    seed=seed * 1_000_003 + step * 1_009 + attempt * 7_919 + i,
+                    attempt=attempt,
+                    runner=runner,
+                    workspace_runner=workspace_runner,
+                )
+            )
+        except VerifierUnavailable as exc:
+            out.unavailable[s.id] = str(exc)
+            log.warning("scenario_unavailable", run=run, step=step, scenario=s.id, reason=str(exc))
+    return out

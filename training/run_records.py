@@ -60,6 +60,10 @@ class TrainingRun(BaseModel):
     sft_skipped: int = 0
     """External episodes ready for SFT that the run's backend could not imitate (last check)."""
     sft_skip_reason: str | None = None
+    scenarios_unavailable: int = 0
+    """Picked self-play scenarios skipped because their verifier could not run (cumulative)."""
+    scenario_unavailable_reason: str | None = None
+    """The latest such skip: which scenario and why."""
     created_at: datetime
     updated_at: datetime
 

@@ -42,16 +42,25 @@ class SandboxRunner:
         timeout_s: float,
         workspace: str | None = None,
     ) -> RunOutcome:
-        if not files:
-            if snapshot is None:
-                raise VerifierUnavailable("nothing to run the tests on: no files and no snapshot")
-            if workspace is None:
-                raise VerifierUnavailable(
-                    f"workspace snapshot {snapshot!r} names no repository: record the episode's workspace"
-                )
-            files = self.snapshots.files(workspace, snapshot).files
+        files = self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
         test = TestRunRequest(files=files, patch=patch, test_command=command, timeout_s=timeout_s)
         return _outcome(self.sandbox.run(prepare_test_run(test)))
+
+    def prepare(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> None:
+        """Materialise the workspace now (a snapshot is cached for the runs that follow), so a
+        scenario whose repository or commit is gone is skipped before its completions are sampled."""
+        self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
+
+    def _workspace_files(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> dict[str, str]:
+        if files:
+            return files
+        if snapshot is None:
+            raise VerifierUnavailable("nothing to run the tests on: no files and no snapshot")
+        if workspace is None:
+            raise VerifierUnavailable(
+                f"workspace snapshot {snapshot!r} names no repository: record the episode's workspace"
+            )
+        return self.snapshots.files(workspace, snapshot).files
 
     def close(self) -> None:
         self.sandbox.close()

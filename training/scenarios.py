@@ -7,7 +7,9 @@ completion into a reward. Three verifiers:
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
     command    a test command re-run in the workspace snapshot (needs a workspace runner): the files
                recorded with the episode, or a git commit of the episode's workspace repository
-               (`training.snapshots`, materialised by `SandboxRunner`)
+               (`training.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
+               taken from the episode's FIRST re-checkable test run (the workspace before the agent's
+               fix, see `_scenario_from_detail`)
 
 Running code goes through a `ProgramRunner` (envpool's sandbox satisfies it once it lands);
 `SubprocessRunner` here is a plain subprocess with limits, NOT a sandbox: only for trusted code
@@ -19,6 +21,7 @@ every fifth problem (task number % 5 == 0) is held out for `rlide eval`, the res
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -70,6 +73,16 @@ class WorkspaceRunner(Protocol):
         timeout_s: float,
         workspace: str | None = None,
     ) -> RunOutcome: ...
+
+
+@runtime_checkable
+class PreparesWorkspace(Protocol):
+    """A `WorkspaceRunner` that can say, cheaply and before any sampling, whether `run_command`
+    will find its workspace (`SandboxRunner`: the repository and commit exist and fit; the snapshot
+    is then cached for the runs that follow)."""
+
+    def prepare(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> None:
+        """Raise `VerifierUnavailable` (saying why) when the workspace cannot be materialised."""
 
 
 class SubprocessRunner:
@@ -172,8 +185,7 @@ def verify(
         )
     if kind == "command":
         files = scenario.verifier.data.get("files") or {}
-        if workspace_runner is None or (scenario.workspace_ref is None and not files):
-            raise VerifierUnavailable(f"{scenario.id} re-runs a test command: pass a WorkspaceRunner and its files")
+        workspace_runner = _command_runner(scenario, workspace_runner)
         # The student's answer is a change to the workspace: without applying it, every
         # trajectory of a group would get the same reward and teach nothing.
         outcome = workspace_runner.run_command(
@@ -186,6 +198,31 @@ def verify(
         )
         return 1.0 if outcome.passed else 0.0
     raise ValueError(f"unknown verifier kind {kind!r}")
+
+
+def _command_runner(scenario: Scenario, workspace_runner: WorkspaceRunner | None) -> WorkspaceRunner:
+    if workspace_runner is None or (scenario.workspace_ref is None and not scenario.verifier.data.get("files")):
+        raise VerifierUnavailable(f"{scenario.id} re-runs a test command: pass a WorkspaceRunner and its files")
+    return workspace_runner
+
+
+def check_verifier(
+    scenario: Scenario, *, runner: ProgramRunner | None = None, workspace_runner: WorkspaceRunner | None = None
+) -> None:
+    """Raise `VerifierUnavailable` if `verify` could not score `scenario` with these runners, before
+    any completion is sampled for it: no runner for its kind, or (for a runner that `PreparesWorkspace`)
+    a workspace that cannot be materialised (repository gone, commit missing, snapshot too large)."""
+    kind = scenario.verifier.kind
+    if kind == "humaneval" and runner is None:
+        raise VerifierUnavailable(f"{scenario.id} runs code: pass a ProgramRunner (envpool's sandbox)")
+    if kind == "command":
+        ready = _command_runner(scenario, workspace_runner)
+        if isinstance(ready, PreparesWorkspace):
+            ready.prepare(
+                snapshot=scenario.workspace_ref,
+                files=scenario.verifier.data.get("files") or {},
+                workspace=scenario.workspace,
+            )
 
 
 # -- built-in sets ---------------------------------------------------------------------------------
@@ -254,19 +291,54 @@ def builtin(name: str, split: Split = "all") -> list[Scenario]:
     return BUILTIN_SETS[name](split)
 
 
+LOG_SET = "log"
+"""The scenario set re-checked from the episode log (`scenarios_from_log`), refreshed every step."""
+SCENARIO_SETS = (*BUILTIN_SETS, LOG_SET)
+
+
+def parse_scenario_sets(spec: str | None) -> tuple[str, ...]:
+    """`"humaneval,log"` -> `("humaneval", "log")`: known names, in order, each once. None, "" or
+    "none" -> () (no self-play, log groups only). Raises `ValueError` naming the choices."""
+    if spec is None or spec.strip().lower() in ("", "none"):
+        return ()
+    names = tuple(dict.fromkeys(part.strip().lower() for part in spec.split(",")))
+    unknown = [n for n in names if n not in SCENARIO_SETS]
+    if unknown or "" in names:
+        raise ValueError(
+            f"unknown scenario set {(unknown or [''])[0]!r} in {spec!r}: give one or more of "
+            f"{', '.join(SCENARIO_SETS)}, separated by commas (e.g. humaneval,log), or none"
+        )
+    return names
+
+
 # -- scenarios from the episode log ---------------------------------------------------------------
 
 TEST_TOOLS = frozenset({"run_tests", "execute_tests", "test"})
 """Tools whose `command` argument re-checks the work (envpool's test tool will be added here)."""
 
 
+@functools.cache
+def _humaneval_by_id() -> dict[str, dict[str, Any]]:
+    """The problems by task id, read once per process (not once per episode); treat as read-only."""
+    return {p["task_id"]: p for p in humaneval_problems()}
+
+
 def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
+    """The scenario an ended episode can be re-checked as, or None.
+
+    Which workspace a command scenario is verified against: the episode's FIRST re-checkable test
+    run (a test tool call with a command and either its `files` or its `snapshot`/`commit`), i.e.
+    the workspace before the agent's fix, and that run's command. Not the last run: an episode
+    that ends in passing tests recorded the fixed files there, every rollout would pass on them
+    whatever it wrote, and the group would have no variance to learn from. The first run's `patch`
+    argument is left out too: it is the agent's change, which the student has to write itself.
+    """
     episode: Episode = detail.episode
     messages = ({"role": "user", "content": episode.task},)
     for step in detail.steps:
         task_id = step.arguments.get("task_id")
         if isinstance(task_id, str) and task_id.startswith("HumanEval/"):
-            problems = {p["task_id"]: p for p in humaneval_problems()}
+            problems = _humaneval_by_id()
             if task_id in problems:
                 p = problems[task_id]
                 return Scenario(
@@ -278,25 +350,30 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
                 )
     if not any(r.source is RewardSource.tests for r in detail.rewards):
         return None
-    for step in reversed(detail.steps):
+    for step in detail.steps:
         args = step.arguments
         command = args.get("test_command") or args.get("command")  # rlide's run_tests, or another tool's
-        if (step.tool in TEST_TOOLS or "test" in step.tool) and isinstance(command, str) and command.strip():
-            files = args.get("files") if isinstance(args.get("files"), dict) else {}
-            # Without recorded files the run needs the commit it was made at: the workspace's
-            # current state is not the episode's, so an episode with neither is not re-checkable.
-            snapshot = args.get("snapshot") or args.get("commit")
-            if not snapshot and not files:
-                return None
-            repo = args.get("repo") or args.get("workspace") or episode.workspace
-            return Scenario(
-                id=f"episode/{episode.id}",
-                messages=messages,
-                verifier=Verifier("command", {"command": command, "files": files}),
-                workspace_ref=None if not snapshot else str(snapshot),
-                workspace=None if not repo else str(repo),
-                source_episode=episode.id,
-            )
+        if not ((step.tool in TEST_TOOLS or "test" in step.tool) and isinstance(command, str) and command.strip()):
+            continue
+        files = args.get("files") if isinstance(args.get("files"), dict) else {}
+        # Without recorded files the run needs the commit it was made at: the workspace's
+        # current state is not the episode's, so a run with neither is not re-checkable.
+        snapshot = args.get("snapshot") or args.get("commit")
+        if not snapshot and not files:
+            continue
+        repo = args.get("repo") or args.get("workspace") or episode.workspace
+        data: dict[str, Any] = {"command": command, "files": files}
+        timeout = args.get("timeout_s")
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= 600:
+            data["timeout_s"] = float(timeout)
+        return Scenario(
+            id=f"episode/{episode.id}",
+            messages=messages,
+            verifier=Verifier("command", data),
+            workspace_ref=None if not snapshot else str(snapshot),
+            workspace=None if not repo else str(repo),
+            source_episode=episode.id,
+        )
     return None
 
 
@@ -311,3 +388,34 @@ def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None =
         if scenario is not None:
             out.append(scenario)
     return out
+
+
+class LogScenarios:
+    """`scenarios_from_log`, kept current across training steps at the cost of one listing query.
+
+    Each `refresh` lists the ended episodes (one query per 500) and re-reads the detail of an
+    episode only when it is new or changed since the last refresh: its `updated_at`, step count or
+    reward total moved (every step, reward, policy turn or end of an episode moves `updated_at`).
+    Episodes that left the log are forgotten. So an ended episode is re-checked from the step after
+    it ended, and a late step or reward on it is seen at the next step, without re-reading the
+    whole log every step."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[tuple[float, int, float | None], Scenario | None]] = {}
+        self.detail_reads = 0
+        """Episodes whose detail was (re)read, over this object's life (for tests and logs)."""
+
+    def refresh(self, store: EpisodeStore) -> list[Scenario]:
+        seen: dict[str, tuple[tuple[float, int, float | None], Scenario | None]] = {}
+        for episode in store.terminal_episodes():
+            if episode.implicit:
+                continue
+            version = (episode.updated_at.timestamp(), episode.step_count, episode.reward_total)
+            cached = self._seen.get(episode.id)
+            if cached is not None and cached[0] == version:
+                seen[episode.id] = cached
+                continue
+            self.detail_reads += 1
+            seen[episode.id] = (version, _scenario_from_detail(store.detail(episode.id)))
+        self._seen = seen
+        return [scenario for _, scenario in seen.values() if scenario is not None]

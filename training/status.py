@@ -39,6 +39,10 @@ class TrainingStatus(BaseModel):
     sft_episodes_unusable: int = Field(0, description="External episodes set aside: no conversation to imitate.")
     sft_skipped: int = Field(0, description="External episodes waiting that the backend cannot imitate (no SFT).")
     sft_skip_reason: str | None = None
+    scenarios_unavailable: int = Field(
+        0, description="Self-play scenarios skipped because their verifier could not run (repository or commit gone)."
+    )
+    scenario_unavailable_reason: str | None = Field(None, description="The latest such skip: which scenario and why.")
     recent: list[StepReward] = Field(description=f"The last {RECENT_STEPS} steps, oldest first.")
     updated_at: datetime
 
@@ -73,6 +77,8 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         sft_episodes_unusable=sft.episodes_unusable,
         sft_skipped=info.sft_skipped,
         sft_skip_reason=info.sft_skip_reason,
+        scenarios_unavailable=info.scenarios_unavailable,
+        scenario_unavailable_reason=info.scenario_unavailable_reason,
         recent=[
             StepReward(
                 step=s.step,

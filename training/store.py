@@ -622,6 +622,15 @@ class EpisodeStore:
                 (count, _clip(reason), time.time(), name),
             )
 
+    def add_unavailable_scenarios(self, name: str, count: int, reason: str | None) -> None:
+        """Count `count` more self-play scenarios the run skipped (verifier unavailable), and why."""
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE training_runs SET scenarios_unavailable = scenarios_unavailable + ?,"
+                " scenario_unavailable_reason = ?, updated_at = ? WHERE name = ?",
+                (count, _clip(reason), time.time(), name),
+            )
+
     def sft_counts(self, name: str) -> SftCounts:
         with self.db.transaction(write=False) as cur:
             rows = cur.execute(
@@ -675,7 +684,8 @@ def _at(seconds: float) -> datetime:
 
 _RUN_COLUMNS = (
     "name, backend, base_model, step, state, message, config, groups_trained, groups_skipped_zero_variance,"
-    " groups_skipped_stale, created_at, updated_at, sft_skipped, sft_skip_reason"
+    " groups_skipped_stale, created_at, updated_at, sft_skipped, sft_skip_reason, scenarios_unavailable,"
+    " scenario_unavailable_reason"
 )
 
 
@@ -695,4 +705,6 @@ def _run(row: Row) -> TrainingRun:
         updated_at=_at(row[11]),
         sft_skipped=row[12],
         sft_skip_reason=row[13],
+        scenarios_unavailable=row[14],
+        scenario_unavailable_reason=row[15],
     )

@@ -6,7 +6,11 @@
 Per iteration (one optimizer step):
   1. gather groups: ready groups of `policy` episodes from the log (same task, ended, rewarded,
      not yet consumed by this run) and, when `scenarios` is set, fresh self-play rollouts of the
-     current policy on scenarios picked deterministically for (seed, step);
+     current policy on scenarios picked deterministically for (seed, step) from the named sets
+     (`toy`, `humaneval`, `log`: episodes of the log that can be re-checked, refreshed every step);
+     a picked scenario whose verifier cannot run (no runner, repository or commit gone) is skipped
+     before sampling, counted in the report and the run's status, and not picked again by this
+     worker process;
   2. drop zero-variance groups (GRPO has no signal) and stale ones (sampled more than
      `max_staleness` steps ago), counting both;
   3. train one step on what is left (the backend saves checkpoint step+1);
@@ -59,7 +63,15 @@ from training.groups import Group, filter_groups, groups_from_log
 from training.judge import JudgeConfig, judge_group
 from training.rollout import next_attempt, rollout_groups
 from training.run_records import GroupOutcome, RunState
-from training.scenarios import ProgramRunner, Scenario, builtin
+from training.scenarios import (
+    LOG_SET,
+    LogScenarios,
+    ProgramRunner,
+    Scenario,
+    WorkspaceRunner,
+    builtin,
+    parse_scenario_sets,
+)
 from training.store import EpisodeStore
 
 log = structlog.get_logger(__name__)
@@ -92,7 +104,8 @@ class WorkerConfig:
     run: str = "default"
     """Name of the training run: its cursor, history and consumed groups in the log."""
     scenarios: str | None = "toy"
-    """Built-in scenario set for self-play rollouts each step (toy, humaneval), or None for log groups only."""
+    """Scenario sets for self-play rollouts each step, comma-separated: toy, humaneval, log (episodes of
+    the log whose reward can be re-checked, refreshed every step); None for log groups only."""
     scenario_split: str = "train"
     """Which split of the scenario set to practise on."""
     group_size: int = 8
@@ -168,6 +181,12 @@ class WorkerReport:
     sft_skipped: int = 0
     """External episodes ready for SFT that the backend cannot imitate (it has no supervised step)."""
     sft_skip_reason: str | None = None
+    rollouts: int = 0
+    """Self-play trajectories sampled and scored by their verifier."""
+    scenarios_unavailable: int = 0
+    """Picked scenarios skipped because their verifier could not run."""
+    scenario_unavailable_reason: str | None = None
+    """The latest such skip: which scenario and why."""
 
 
 class RunLock:
@@ -214,13 +233,25 @@ class Worker:
         backend: TrainingBackend | None = None,
         scenarios: list[Scenario] | None = None,
         runner: ProgramRunner | None = None,
+        workspace_runner: WorkspaceRunner | None = None,
         stop: threading.Event | None = None,
     ) -> None:
+        """`scenarios`: an explicit pool that replaces `config.scenarios`. `runner` scores humaneval
+        scenarios, `workspace_runner` re-runs test commands (`SandboxRunner` is both)."""
         self.config = config
         self.stop = stop or threading.Event()
         self.runner = runner
+        self.workspace_runner = workspace_runner
         self._backend = backend
         self._scenarios = scenarios
+        try:
+            self._sets = parse_scenario_sets(config.scenarios)
+        except ValueError as exc:
+            raise WorkerError(str(exc)) from None
+        self._builtin: list[Scenario] | None = None
+        self._log_scenarios = LogScenarios()
+        self._unavailable: dict[str, str] = {}
+        """Scenario id -> why its verifier could not run; not picked again by this process."""
         self.store: EpisodeStore | None = None
         self.backend: TrainingBackend | None = None
         self._sft_skip_recorded = False
@@ -247,22 +278,32 @@ class Worker:
         return store, backend, run.step
 
     def _scenario_pool(self) -> list[Scenario]:
+        """This step's pool: the explicit list, or the built-in sets (read once) plus the log's
+        re-checkable episodes (refreshed every step), less the scenarios found unavailable."""
         if self._scenarios is not None:
-            return self._scenarios
-        if self.config.scenarios is None:
-            return []
-        return builtin(self.config.scenarios, self.config.scenario_split)  # type: ignore[arg-type]
+            pool = self._scenarios
+        else:
+            if self._builtin is None:
+                split = self.config.scenario_split
+                self._builtin = [s for name in self._sets if name != LOG_SET for s in builtin(name, split)]  # type: ignore[arg-type]
+            pool = self._builtin
+            if LOG_SET in self._sets:
+                assert self.store is not None
+                pool = pool + self._log_scenarios.refresh(self.store)
+        return [s for s in pool if s.id not in self._unavailable]
 
     # -- one step ---------------------------------------------------------------------------------
 
-    def gather(self, step: int) -> list[Group]:
+    def gather(self, step: int, report: WorkerReport | None = None) -> list[Group]:
+        """Ready log groups plus this step's self-play groups; skipped scenarios are counted in
+        `report` and in the run's status."""
         assert self.store is not None and self.backend is not None
         cfg = self.config
         groups = groups_from_log(self.store, run=cfg.run, group_size=cfg.group_size)
         pool = self._scenario_pool()
         if pool and cfg.groups_per_step > 0:
             attempt = next_attempt(self.store.consumed_groups(cfg.run), cfg.run, step)
-            groups += rollout_groups(
+            rollouts = rollout_groups(
                 self.backend,
                 pool,
                 run=cfg.run,
@@ -274,7 +315,19 @@ class Worker:
                 seed=cfg.backend.seed,
                 attempt=attempt,
                 runner=self.runner,
+                workspace_runner=self.workspace_runner,
             )
+            groups += rollouts.groups
+            if rollouts.unavailable:
+                self._unavailable.update(rollouts.unavailable)
+                scenario_id, why = list(rollouts.unavailable.items())[-1]
+                reason = f"{scenario_id}: {why}"
+                self.store.add_unavailable_scenarios(cfg.run, len(rollouts.unavailable), reason)
+                if report is not None:
+                    report.scenarios_unavailable += len(rollouts.unavailable)
+                    report.scenario_unavailable_reason = reason
+            if report is not None:
+                report.rollouts += sum(len(g.trajectories) for g in rollouts.groups)
         return groups
 
     def run(self, *, once: bool = False) -> WorkerReport:
@@ -365,7 +418,7 @@ class Worker:
             return True
         cfg = self.config
         started = time.perf_counter()
-        groups = self.gather(report.step)
+        groups = self.gather(report.step, report)
         if cfg.judge_model is not None:
             judge = JudgeConfig(cfg.judge_model, weight=cfg.judge_weight, extra_litellm_params=cfg.judge_params)
             groups = [judge_group(g, judge) for g in groups]
@@ -510,6 +563,7 @@ def train(
     backend: TrainingBackend | None = None,
     scenarios: list[Scenario] | None = None,
     runner: ProgramRunner | None = None,
+    workspace_runner: WorkspaceRunner | None = None,
     stop: threading.Event | None = None,
 ) -> WorkerReport:
     """Run the worker: `once` for a single step, `daemon` to go on until SIGTERM/SIGINT.
@@ -519,7 +573,9 @@ def train(
     """
     if once == daemon:
         raise WorkerError("choose exactly one of --once and --daemon")
-    worker = Worker(config, backend=backend, scenarios=scenarios, runner=runner, stop=stop)
+    worker = Worker(
+        config, backend=backend, scenarios=scenarios, runner=runner, workspace_runner=workspace_runner, stop=stop
+    )
     previous: dict[signal.Signals, Any] = {}
     if daemon and threading.current_thread() is threading.main_thread():
 

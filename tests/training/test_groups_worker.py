@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from training.run_records import GroupOutcome, RunState  # noqa: E402
 from training.scenarios import Scenario, Verifier  # noqa: E402
 from training.status import read_status  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
-from training.worker import RunLock, StopReason, WorkerBusy, WorkerConfig, train  # noqa: E402
+from training.worker import RunLock, StopReason, WorkerBusy, WorkerConfig, WorkerError, train  # noqa: E402
 
 
 class ScriptedBackend:
@@ -256,3 +257,62 @@ def test_an_sft_batch_with_nothing_to_learn_is_set_aside_not_retried(tmp_path: P
     store = EpisodeStore.open(cfg.database_url)
     assert read_status(store).sft_episodes_unusable == 1 and store.get_run("default").state is RunState.idle
     store.close()
+
+
+class CountingBackend(ScriptedBackend):
+    def __init__(self, config: BackendConfig, completions: list[str]) -> None:
+        super().__init__(config, completions)
+        self.sampled: list[str] = []
+
+    def sample(self, messages: list[dict[str, Any]], **kw: Any) -> list[Any]:
+        self.sampled.append(str(messages[-1]["content"]))
+        return super().sample(messages, **kw)
+
+
+def test_a_log_scenario_whose_repository_is_gone_is_skipped_counted_and_not_picked_again(tmp_path: Path) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap missing: `make setup` installs it")
+    from training.sandbox_runner import SandboxRunner
+
+    cfg = WorkerConfig(
+        database_url=str(tmp_path / "ep.db"),
+        backend=BackendConfig(path=tmp_path / "art"),
+        scenarios="toy,log",
+        group_size=4,
+        groups_per_step=5,  # all four toy prompts and the log's scenario
+        max_steps=2,
+    )
+    store = EpisodeStore.open(cfg.database_url)
+    ep = store.start_episode("fix the parser", workspace=str(tmp_path / "deleted-repo"))
+    store.add_reward(ep.id, RewardSource.tests, -1.0)
+    store.add_step(
+        ep.id,
+        tool="run_tests",
+        arguments={"test_command": "python -m pytest -q", "commit": "0123abc"},
+        result_summary="1 failed",
+        error=None,
+        duration_ms=300,
+    )
+    store.end_episode(ep.id, EpisodeStatus.failure)
+    store.close()
+    backend = CountingBackend(cfg.backend, ["12", "ab"])
+    runner = SandboxRunner()
+    try:
+        report = train(cfg, daemon=True, backend=backend, runner=runner, workspace_runner=runner)
+    finally:
+        runner.close()
+    # Two steps trained on the toy groups; the log scenario was skipped once, before any sampling.
+    assert report.steps_trained == 2 and report.groups_trained == 8
+    assert "fix the parser" not in backend.sampled and len(backend.sampled) == 8
+    assert report.scenarios_unavailable == 1 and report.rollouts == 32
+    assert (report.scenario_unavailable_reason or "").startswith(f"episode/{ep.id}: the workspace repository")
+    assert "does not exist" in (report.scenario_unavailable_reason or "")
+    store = EpisodeStore.open(cfg.database_url)
+    status = read_status(store)
+    assert (status.scenarios_unavailable, status.scenario_unavailable_reason) == (1, report.scenario_unavailable_reason)
+    store.close()
+
+
+def test_an_unknown_scenario_set_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(WorkerError, match="unknown scenario set 'logs'"):
+        train(config(tmp_path, scenarios="humaneval,logs"), once=True, backend=ScriptedBackend(BackendConfig(), ["1"]))
