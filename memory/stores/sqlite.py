@@ -23,6 +23,7 @@ import structlog
 from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_match, rrf
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
+from memory.stores.keyword_index import KeywordIndex
 
 log = structlog.get_logger(__name__)
 
@@ -83,12 +84,23 @@ def _m003_vocab(db: sqlite3.Connection) -> None:
     db.execute("CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row')")
 
 
+def _m004_chunk_log(db: sqlite3.Connection) -> None:
+    # What memory.stores.keyword_index needs to score BM25 in memory and follow other processes'
+    # writes: the rows inserted or deleted since it last looked, and FTS5's postings per token.
+    db.execute("CREATE TABLE chunk_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL)")
+    db.execute("CREATE TRIGGER chunks_ins AFTER INSERT ON chunks BEGIN INSERT INTO chunk_log (id) VALUES (new.id); END")
+    db.execute("CREATE TRIGGER chunks_del AFTER DELETE ON chunks BEGIN INSERT INTO chunk_log (id) VALUES (old.id); END")
+    db.execute("CREATE VIRTUAL TABLE chunks_instances USING fts5vocab(chunks_fts, 'instance')")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_vector_log", _m002_vector_log),
     ("m003_vocab", _m003_vocab),
+    ("m004_chunk_log", _m004_chunk_log),
 ]
 VECTOR_LOG_KEEP = 200_000  # older entries are pruned; a process further behind reloads everything
+CHUNK_LOG_KEEP = VECTOR_LOG_KEEP
 
 
 class _VectorIndex:
@@ -159,6 +171,7 @@ class SQLiteStore:
         self._read_lock = threading.RLock()  # reads: searches, stats, the numpy vector copy
         self._local_writes = 0
         self._vectors = _VectorIndex(dim)
+        self._keywords = KeywordIndex(BM25_WEIGHTS)
         self._stats: tuple[tuple[int, int], StoreStats] | None = None
         self._migrate()
         self._check_model()
@@ -264,6 +277,7 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 [(st.path, st.size, st.mtime_ns, st.sha256, st.language) for st, _ in batch],
             )
+            db.execute("DELETE FROM chunk_log WHERE seq <= (SELECT max(seq) FROM chunk_log) - ?", (CHUNK_LOG_KEEP,))
         return len(new)
 
     @staticmethod
@@ -331,7 +345,10 @@ class SQLiteStore:
         if not tokens:
             return []
         reader = self._reader()
-        match = " OR ".join('"' + t + '"' for t in self._selective(reader, [t.replace('"', "") for t in tokens]))
+        selected = self._selective(reader, [t.replace('"', "") for t in tokens])
+        if not (filters.path_glob or filters.language):
+            return self._hits(self._keywords.top(reader, selected, k))
+        match = " OR ".join('"' + t + '"' for t in selected)
         sql = "SELECT f.rowid, bm25(chunks_fts, ?, ?) AS s FROM chunks_fts f"
         args: list[object] = [*BM25_WEIGHTS]
         where = ["chunks_fts MATCH ?"]
@@ -353,8 +370,7 @@ class SQLiteStore:
         """`tokens` without those in more than COMMON_TOKEN_SHARE of chunks, unless all of them are."""
         if len(tokens) < 2:
             return tokens
-        marks = ",".join("?" * len(tokens))
-        found = dict(reader.execute(f"SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", tokens).fetchall())
+        found = self._keywords.document_frequencies(reader, tokens)
         ceiling = COMMON_TOKEN_SHARE * self.stats().chunks
         return [t for t in tokens if found.get(t, 0) <= ceiling] or tokens
 

@@ -1,0 +1,205 @@
+"""FTS5's BM25, scored in numpy from postings held in memory.
+
+FTS5 ranks an OR query by calling its `bm25()` for every row that matches any token, about 1 us a
+row: 10-15 ms for a docstring-like query over the 58k chunks of the standard library, the largest
+part of a warm `search_code`. This index keeps, per query token it has seen, the token's postings
+(row ids and their column-weighted term frequency, read once from FTS5's own `fts5vocab`
+instance table), and per row its token count (FTS5's docsize table). Scoring a query is then a
+few vector operations over those postings.
+
+The score is FTS5's own formula (fts5_aux.c, `fts5Bm25Function`), so both paths rank the same:
+
+    idf(t) = log((N - n_t + 0.5) / (n_t + 0.5)), or 1e-6 where that is <= 0
+    score(d) = sum over t of idf(t) * f * (k1 + 1) / (f + k1 * (1 - b + b * |d| / avgdl))
+
+with f the column-weighted frequency of t in d, |d| its token count over all columns, N the row
+count and k1 = 1.2, b = 0.75 (tested against FTS5's scores).
+
+It follows other processes' writes through `chunk_log` (a trigger-fed log of inserted and
+deleted rows, as `vector_log` is for vectors): row lengths are patched in place, deleted rows are
+skipped when scoring, and new rows' text is counted into the cached tokens it contains. Tokens
+are ASCII `[a-z0-9_]` words separated by spaces (memory/tokens.py), which is also exactly how FTS5's
+`unicode61` tokenizer splits them, so counting by `str.split` agrees with FTS5.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+K1 = 1.2
+B = 0.75
+MAX_POSTINGS = 4_000_000
+"""Postings kept across cached tokens (16 bytes each); the least recently used tokens go first."""
+
+
+class _Postings:
+    __slots__ = ("freq", "rows")
+
+    def __init__(self, rows: npt.NDArray[np.int64], freq: npt.NDArray[np.float64]) -> None:
+        self.rows = rows
+        self.freq = freq
+
+
+def _varints(blob: bytes) -> list[int]:
+    """SQLite varints, as FTS5 stores per-column token counts in its docsize table."""
+    out, value, i = [], 0, 0
+    while i < len(blob):
+        byte = blob[i]
+        i += 1
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            out.append(value)
+            value = 0
+    return out
+
+
+class KeywordIndex:
+    """BM25 over one SQLiteStore's FTS5 table; thread-safe; exact with respect to FTS5's scores."""
+
+    def __init__(self, weights: Sequence[float]) -> None:
+        self._weights = np.asarray(weights, np.float64)
+        self._lock = threading.Lock()
+        self._seq = -1  # last chunk_log entry applied; -1: nothing loaded
+        self._lengths = np.zeros(0, np.float64)  # tokens per row, indexed by row id
+        self._present = np.zeros(0, bool)
+        self._rows = 0
+        self._tokens = 0.0
+        self._cache: OrderedDict[str, _Postings] = OrderedDict()
+        self._held = 0
+
+    def top(self, db: sqlite3.Connection, tokens: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The `k` best (row id, score) for an OR of `tokens`, best first, like FTS5's bm25()."""
+        with self._lock:
+            db.execute("BEGIN")  # one snapshot for the log position, the lengths and the postings
+            try:
+                self._refresh(db)
+                if not self._rows or not tokens:
+                    return []
+                postings = [self._postings(db, token) for token in tokens]
+            finally:
+                db.execute("COMMIT")
+            avgdl = self._tokens / self._rows
+            scores = np.zeros(len(self._lengths), np.float64)
+            for p in postings:
+                alive = self._present[p.rows]
+                rows, freq = p.rows[alive], p.freq[alive]
+                n = len(rows)
+                if not n:
+                    continue
+                idf = math.log((self._rows - n + 0.5) / (n + 0.5))
+                idf = idf if idf > 0 else 1e-6
+                norm = K1 * (1 - B + B * self._lengths[rows] / avgdl)
+                scores[rows] += idf * freq * (K1 + 1) / (freq + norm)
+            hits = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
+            hits = hits[scores[hits] > 0]
+            hits = hits[np.lexsort((hits, -scores[hits]))]
+            return [(int(row), float(scores[row])) for row in hits]
+
+    def document_frequencies(self, db: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+        """Rows containing each token: from cached postings, else from FTS5's row vocabulary."""
+        with self._lock:
+            found = {
+                t: int(self._present[self._cache[t].rows].sum()) for t in tokens if t in self._cache and self._seq >= 0
+            }
+        missing = [t for t in tokens if t not in found]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            found.update(db.execute(f"SELECT term, doc FROM chunks_vocab WHERE term IN ({marks})", missing).fetchall())
+        return found
+
+    # -- keeping up with the table ------------------------------------------------------------------
+    def _refresh(self, db: sqlite3.Connection) -> None:
+        first, last = db.execute("SELECT min(seq), max(seq) FROM chunk_log").fetchone()
+        last = last or 0
+        if self._seq == last and self._seq >= 0:
+            return
+        if self._seq < 0 or (first is not None and self._seq < first - 1):
+            self._load_lengths(db)
+            self._cache.clear()
+            self._held = 0
+        else:
+            changed = [r[0] for r in db.execute("SELECT DISTINCT id FROM chunk_log WHERE seq > ?", (self._seq,))]
+            self._apply(db, changed)
+        self._seq = last
+        self._rows = int(self._present.sum())
+        self._tokens = float(self._lengths.sum())
+
+    def _load_lengths(self, db: sqlite3.Connection) -> None:
+        rows = db.execute("SELECT id, sz FROM chunks_fts_docsize").fetchall()
+        size = max((r[0] for r in rows), default=0) + 1
+        self._lengths = np.zeros(size, np.float64)
+        self._present = np.zeros(size, bool)
+        for rowid, blob in rows:
+            self._lengths[rowid] = sum(_varints(blob))
+            self._present[rowid] = True
+
+    def _apply(self, db: sqlite3.Connection, changed: list[int]) -> None:
+        """Rows inserted or deleted since the last look. A deleted row only leaves `_present`: its
+        postings stay until the token is evicted or reloaded, and scoring skips absent rows (row
+        ids are never reused). A new row's tokens are counted into the cached postings of those
+        tokens only, so an edit costs what the edited rows hold, not what the cache holds."""
+        if not changed:
+            return
+        top = max(changed) + 1
+        if top > len(self._lengths):
+            self._lengths = np.concatenate([self._lengths, np.zeros(top - len(self._lengths))])
+            self._present = np.concatenate([self._present, np.zeros(top - len(self._present), bool)])
+        ids = np.asarray(changed, np.int64)
+        self._lengths[ids] = 0.0
+        self._present[ids] = False
+        added: dict[str, tuple[list[int], list[float]]] = {}
+        for start in range(0, len(changed), 500):
+            part = changed[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for rowid, blob in db.execute(f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({marks})", part):
+                self._lengths[rowid] = sum(_varints(blob))
+                self._present[rowid] = True
+            if not self._cache:
+                continue
+            for rowid, names, body in db.execute(
+                f"SELECT rowid, names, body FROM chunks_fts WHERE rowid IN ({marks})", part
+            ):
+                freq: dict[str, float] = {}
+                for column, text in ((0, names), (1, body)):
+                    for token in text.split():
+                        if token in self._cache:
+                            freq[token] = freq.get(token, 0.0) + self._weights[column]
+                for token, f in freq.items():
+                    rows, freqs = added.setdefault(token, ([], []))
+                    rows.append(rowid)
+                    freqs.append(f)
+        for token, (rows, freqs) in added.items():
+            old = self._cache[token]
+            self._cache[token] = _Postings(
+                np.concatenate([old.rows, np.asarray(rows, np.int64)]),
+                np.concatenate([old.freq, np.asarray(freqs, np.float64)]),
+            )
+            self._held += len(rows)
+
+    def _postings(self, db: sqlite3.Connection, token: str) -> _Postings:
+        hit = self._cache.get(token)
+        if hit is not None:
+            self._cache.move_to_end(token)
+            return hit
+        found = db.execute(
+            "SELECT doc, sum(CASE col WHEN 'names' THEN ? ELSE ? END) FROM chunks_instances"
+            " WHERE term = ? GROUP BY doc",
+            (*self._weights.tolist(), token),
+        ).fetchall()
+        postings = _Postings(
+            np.fromiter((r[0] for r in found), np.int64, len(found)),
+            np.fromiter((r[1] for r in found), np.float64, len(found)),
+        )
+        self._cache[token] = postings
+        self._held += len(postings.rows)
+        while self._held > MAX_POSTINGS and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._held -= len(old.rows)
+        return postings
