@@ -37,8 +37,9 @@ from starlette.routing import Route
 from training.backends.base import BackendConfig, checkpoint_steps
 from training.codec import CHOICE_TAG, encode_choice
 from training.http_auth import check_bind, protect
-from training.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
+from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.redact import redact
+from training.run_records import TurnContext
 from training.store import EpisodeClosed, EpisodeNotFound, EpisodeStore
 
 MAX_TOKENS_LIMIT = 4096
@@ -357,6 +358,19 @@ def completion_response(alias: str, completion: Completion, want_logprobs: bool)
     }
 
 
+def _prior_turn(context: TurnContext) -> PriorTurn | None:
+    """The episode's last turn as the engine continues it, if it has token ids."""
+    if context.last_prompt_token_ids is None or context.last_completion_token_ids is None:
+        return None
+    message = ((context.last_choice or {}).get(CHOICE_TAG) or {}).get("message") or {}
+    return PriorTurn(
+        messages=list((context.last_request or {}).get("messages") or []),
+        content=message.get("content"),
+        prompt_token_ids=context.last_prompt_token_ids,
+        completion_token_ids=context.last_completion_token_ids,
+    )
+
+
 class Gateway:
     """The ASGI app and what it holds: the engine, the episode log, the served alias.
 
@@ -418,16 +432,16 @@ class Gateway:
     def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
         if episode_id is None:
             return self.engine.complete(**args)
-        episode, prior = self._episode_context(episode_id)
-        if episode.source is not EpisodeSource.policy:
+        context = self.store.turn_context(episode_id)  # one read query
+        if context.source is not EpisodeSource.policy:
             raise BadRequest(
                 f"episode {episode_id} records the IDE's own model; POST /episodes for a policy episode", 409
             )
-        if episode.status is not EpisodeStatus.open:
+        if context.status is not EpisodeStatus.open:
             raise BadRequest(
-                f"episode {episode_id} has ended ({episode.status.value}); POST /episodes for a new one", 409
+                f"episode {episode_id} has ended ({context.status.value}); POST /episodes for a new one", 409
             )
-        completion = self.engine.complete(**args, prior=prior)
+        completion = self.engine.complete(**args, prior=_prior_turn(context))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `store.redact_choice`.
         self.store.add_policy_turn(
@@ -444,23 +458,6 @@ class Gateway:
             completion_token_ids=completion.completion_token_ids[0],
         )
         return completion
-
-    def _episode_context(self, episode_id: str) -> tuple[Episode, PriorTurn | None]:
-        """The episode and its last turn, read in one trip off the event loop."""
-        episode = self.store.get_episode(episode_id)
-        turns = self.store.policy_turns(episode_id, last_only=True)
-        if not turns:
-            return episode, None
-        last = turns[-1]
-        if last.prompt_token_ids is None or last.completion_token_ids is None:
-            return episode, None
-        message = (last.choice.get(CHOICE_TAG) or {}).get("message") or {}
-        return episode, PriorTurn(
-            messages=list(last.request.get("messages") or []),
-            content=message.get("content"),
-            prompt_token_ids=last.prompt_token_ids,
-            completion_token_ids=last.completion_token_ids,
-        )
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:

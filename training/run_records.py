@@ -6,11 +6,14 @@ MCP server can read training status without pulling in torch or ART.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from training.records import EpisodeSource, EpisodeStatus
 
 
 class RunState(StrEnum):
@@ -44,6 +47,21 @@ class PolicyTurn(BaseModel):
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What the policy endpoint reads before sampling a turn of an episode, in one query: whether
+    it may record into it, and the exact tokens of its last turn (to continue token in, token out)."""
+
+    source: EpisodeSource
+    status: EpisodeStatus
+    last_request: dict[str, Any] | None = None
+    """The last turn's stored (redacted) request; None when there is no turn with token ids."""
+    last_choice: dict[str, Any] | None = None
+    """The last turn's stored (codec-encoded, redacted) choice."""
+    last_prompt_token_ids: list[int] | None = None
+    last_completion_token_ids: list[int] | None = None
 
 
 class TrainingRun(BaseModel):

@@ -35,6 +35,7 @@ from training.run_records import (
     SftOutcome,
     TrainingRun,
     TrainingStepRecord,
+    TurnContext,
 )
 
 MAX_TEXT_CHARS = 4_000
@@ -72,9 +73,12 @@ def _clip(text: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:
     return text[:limit] + f"... [{len(text) - limit} more characters not stored]"
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=True, default=str)
+
+
 def _json(value: Any) -> str:
     """JSON for a text column; ASCII escapes keep any string, lone surrogates included, exactly."""
-    return json.dumps(value, ensure_ascii=True, default=str)
+    return _ENCODER.encode(value)
 
 
 def redact_choice(choice: dict[str, Any]) -> dict[str, Any]:
@@ -405,6 +409,30 @@ class EpisodeStore:
         if row is None:
             raise EpisodeNotFound(episode_id)
         return int(row[0])
+
+    def turn_context(self, episode_id: str) -> TurnContext:
+        """The episode's source and status and its last policy turn's request, choice and token ids,
+        in one query (the policy endpoint's read before each recorded turn)."""
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(
+                "SELECT e.source, e.status, t.request, t.choice, t.prompt_token_ids, t.completion_token_ids"
+                " FROM episodes e LEFT JOIN policy_turns t"
+                " ON t.id = (SELECT MAX(p.id) FROM policy_turns p WHERE p.episode_id = e.id) WHERE e.id = ?",
+                (episode_id,),
+            ).fetchone()
+        if row is None:
+            raise EpisodeNotFound(episode_id)
+        source, status = EpisodeSource(row[0]), EpisodeStatus(row[1])
+        if row[4] is None or row[5] is None:  # no turn, or one without token ids: nothing to splice
+            return TurnContext(source, status)
+        return TurnContext(
+            source,
+            status,
+            last_request=json.loads(row[2]),
+            last_choice=json.loads(row[3]),
+            last_prompt_token_ids=json.loads(row[4]),
+            last_completion_token_ids=json.loads(row[5]),
+        )
 
     def policy_turns(self, episode_id: str, *, last_only: bool = False) -> list[PolicyTurn]:
         """The episode's policy turns in order (`last_only`: just the newest, for continuing a conversation)."""

@@ -12,7 +12,7 @@ from tests.postgres_server import postgres_server  # noqa: F401 - fixture
 from training.db import StoreError
 from training.migrations import applied
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.run_records import GroupOutcome, RunState
+from training.run_records import GroupOutcome, RunState, TurnContext
 from training.store import EpisodeNotFound, EpisodeStore
 
 FROZEN = Path(__file__).parents[1] / "data" / "episodes-0001.sqlite"
@@ -62,6 +62,39 @@ def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: Episode
     turn = store.policy_turns(ep.id)[0]
     assert key not in str(turn.request)
     assert turn.choice == {"__choice__": {"message": {"content": "ok"}}}
+
+
+def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store: EpisodeStore) -> None:
+    store = any_store
+    with pytest.raises(EpisodeNotFound):
+        store.turn_context("ep_nope")
+    external = store.start_episode("the IDE's own model")
+    assert store.turn_context(external.id) == TurnContext(EpisodeSource.external, EpisodeStatus.open)
+    ep = store.start_episode("t", source=EpisodeSource.policy)
+    assert store.turn_context(ep.id) == TurnContext(EpisodeSource.policy, EpisodeStatus.open)
+    choice = {"__choice__": {"message": {"role": "assistant", "content": "one"}}}
+    store.add_policy_turn(ep.id, model="m", request={"messages": [{"role": "user", "content": "1"}]}, choice=choice)
+    assert store.turn_context(ep.id).last_request is None  # a turn without token ids cannot be spliced
+    for n in (2, 3):
+        store.add_policy_turn(
+            ep.id,
+            model="m",
+            request={"messages": [{"role": "user", "content": str(n)}]},
+            choice=choice,
+            prompt_token_ids=[n, 7],
+            completion_token_ids=[n, 8],
+        )
+    other = store.start_episode("another", source=EpisodeSource.policy)
+    store.add_policy_turn(other.id, model="m", request={}, choice=choice, prompt_token_ids=[9], completion_token_ids=[])
+    store.end_episode(ep.id, EpisodeStatus.success)
+    assert store.turn_context(ep.id) == TurnContext(  # the newest turn of this episode, not another's
+        EpisodeSource.policy,
+        EpisodeStatus.success,
+        last_request={"messages": [{"role": "user", "content": "3"}]},
+        last_choice=choice,
+        last_prompt_token_ids=[3, 7],
+        last_completion_token_ids=[3, 8],
+    )
 
 
 def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None:
