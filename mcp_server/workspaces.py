@@ -79,14 +79,20 @@ class WorkspaceHub:
         candidate = Path(path).expanduser()
         if not candidate.is_absolute():
             candidate = self.default_root / candidate
-        resolved = candidate.resolve()
+        try:
+            resolved = candidate.resolve()
+            is_dir = resolved.is_dir()
+        except (OSError, RuntimeError) as exc:  # a name too long; a symlink loop (RuntimeError in 3.11)
+            reason = getattr(exc, "strerror", None) or exc
+            message = f"{path[:200]!r} cannot be used as a folder ({reason}): pass a project folder"
+            raise PathNotAllowed(message) from exc
         if not any(resolved == root or resolved.is_relative_to(root) for root in self.allowed_roots):
             roots = ", ".join(str(r) for r in self.allowed_roots)
             raise PathNotAllowed(
                 f"{resolved} is outside the directories this server may index ({roots}); index one of those, "
                 "or ask the user to add it to RLIDE_ALLOWED_ROOTS"
             )
-        if not resolved.is_dir():
+        if not is_dir:
             raise PathNotAllowed(f"{resolved} is not a directory: pass a project folder")
         return resolved
 

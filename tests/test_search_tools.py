@@ -27,6 +27,7 @@ def workspace(tmp_path: Path) -> Path:
         "export function renderPage(title: string): string {\n  return `<h1>${title}</h1>`;\n}\n"
     )
     (ws / "escape").symlink_to("/etc")
+    (ws / "loop").symlink_to(ws / "loop")
     return ws
 
 
@@ -66,6 +67,17 @@ async def test_paths_outside_the_workspace_are_refused(client: Client, path: str
         result = await client.call_tool(tool, args)
         assert result.is_error
         assert "outside the directories this server may index" in result.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["x" * 1000, "loop", "loop/inner"])
+async def test_unusable_paths_are_a_clear_error(client: Client, path: str) -> None:
+    """Found by fuzzing: a name too long for the filesystem crashed index_workspace."""
+    for tool, args in (("index_workspace", {"path": path}), ("search_code", {"query": "x", "workspace": path})):
+        result = await client.call_tool(tool, args)
+        assert result.is_error
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert "cannot be used as a folder" in text or "is not a directory" in text, text
 
 
 @pytest.mark.anyio
