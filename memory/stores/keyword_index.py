@@ -35,6 +35,10 @@ import numpy.typing as npt
 
 K1 = 1.2
 B = 0.75
+LOG_BOUNDS = "SELECT (SELECT min(seq) FROM {table}), (SELECT max(seq) FROM {table})"
+"""First and last entry of a change log. Two subqueries, not `SELECT min(seq), max(seq)`: SQLite
+answers a lone min() or max() from the primary key's b-tree, but both in one SELECT scan the
+whole log (1-2 ms at 58k entries, on every query)."""
 MAX_POSTINGS = 4_000_000
 """Postings kept across cached tokens (16 bytes each); the least recently used tokens go first."""
 
@@ -116,7 +120,7 @@ class KeywordIndex:
 
     # -- keeping up with the table ------------------------------------------------------------------
     def _refresh(self, db: sqlite3.Connection) -> None:
-        first, last = db.execute("SELECT min(seq), max(seq) FROM chunk_log").fetchone()
+        first, last = db.execute(LOG_BOUNDS.format(table="chunk_log")).fetchone()
         last = last or 0
         if self._seq == last and self._seq >= 0:
             return

@@ -23,7 +23,7 @@ import structlog
 from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_match, rrf
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
-from memory.stores.keyword_index import KeywordIndex
+from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
 
 log = structlog.get_logger(__name__)
 
@@ -381,7 +381,7 @@ class SQLiteStore:
                 return
             self._rdb.execute("BEGIN")  # one snapshot for the log position and the rows read
             try:
-                first, last = self._rdb.execute("SELECT min(seq), max(seq) FROM vector_log").fetchone()
+                first, last = self._rdb.execute(LOG_BOUNDS.format(table="vector_log")).fetchone()
                 index = self._vectors
                 join = "SELECT v.id, v.vec, c.path, c.language FROM vectors v JOIN chunks c ON c.id = v.id"
                 if index.seq < 0 or (first is not None and index.seq < first - 1):
