@@ -104,11 +104,14 @@ CHUNK_LOG_KEEP = VECTOR_LOG_KEEP
 
 
 class _VectorIndex:
-    """This process's copy of the vectors: rowids, matrix, and per-row path/language for filters."""
+    """This process's copy of the vectors: rowids, matrix, and per-row path/language for filters.
+
+    The matrix is stored transposed, one vector per column (dim x n, C order): `query @ columns`
+    scored 58k x 384 in 3.5 ms where `rows @ query` took 5.9 ms (OpenBLAS's two sgemv kernels)."""
 
     def __init__(self, dim: int) -> None:
         self.ids = np.zeros(0, np.int64)
-        self.matrix = np.zeros((0, dim), np.float32)
+        self.columns = np.zeros((dim, 0), np.float32)
         self.paths: list[str] = []
         self.languages: list[str] = []
         self.version: tuple[int, int] = (-1, -1)
@@ -118,21 +121,21 @@ class _VectorIndex:
         self, keep: npt.NDArray[np.bool_], ids: list[int], vecs: list[bytes], paths: list[str], langs: list[str]
     ) -> _VectorIndex:
         """A new snapshot: searches in other threads keep using the old one, never a half-updated mix."""
-        dim = self.matrix.shape[1]
+        dim = self.columns.shape[0]
         new = (
-            np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), dim)
+            np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), dim).T
             if vecs
-            else np.zeros((0, dim), np.float32)
+            else np.zeros((dim, 0), np.float32)
         )
         out = _VectorIndex(dim)
         if keep.all():  # the common case after an edit elsewhere: only appends
             out.ids = np.concatenate([self.ids, np.asarray(ids, np.int64)])
-            out.matrix = np.concatenate([self.matrix, new]) if len(new) else self.matrix
+            out.columns = np.concatenate([self.columns, new], axis=1) if new.shape[1] else self.columns
             out.paths = self.paths + paths
             out.languages = self.languages + langs
             return out
         out.ids = np.concatenate([self.ids[keep], np.asarray(ids, np.int64)])
-        out.matrix = np.concatenate([self.matrix[keep], new])
+        out.columns = np.concatenate([self.columns[:, keep], new], axis=1)
         kept = np.flatnonzero(keep)
         out.paths = [self.paths[i] for i in kept] + paths
         out.languages = [self.languages[i] for i in kept] + langs
@@ -412,7 +415,7 @@ class SQLiteStore:
         index = self._vectors
         if not len(index.ids):
             return []
-        scores = index.matrix @ np.asarray(vector, np.float32)
+        scores = np.asarray(vector, np.float32) @ index.columns
         if filters.path_glob or filters.language:
             mask = np.fromiter(
                 (
