@@ -58,6 +58,8 @@ class BwrapConfig:
     )
     """Directory of pure-Python test tools (pytest) bound read-only at /opt/tools-site, if it exists.
     `make setup` fills it with `pip install --target`; the host's virtualenv stays invisible."""
+    forkserver: Path = FORKSERVER_SCRIPT
+    """The fork-server script bound into the sandbox (benchmarks/forkserver_ab.py runs an older one)."""
 
 
 def bwrap_available(binary: str = "bwrap") -> str | None:
@@ -118,7 +120,7 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
             *py_binds,
             "--ro-bind-try", self.config.tools_site, SANDBOX_TOOLS_SITE,
-            "--ro-bind", str(FORKSERVER_SCRIPT), SANDBOX_SCRIPT,
+            "--ro-bind", str(self.config.forkserver), SANDBOX_SCRIPT,
             "--proc", "/proc",
             "--dev", "/dev",
             "--perms", "0755", "--tmpfs", "/tmp",  # root-owned: runs write only to their workspace

@@ -1,0 +1,101 @@
+"""The fork-server against an earlier version of itself, paired. Prints one JSON object on stdout.
+
+Two warm `bwrap` sandboxes in one process, one running `envpool/sandbox/forkserver.py` as it is in
+the working tree and one running it as it was at `--baseline` (a git ref), take turns: each round
+runs one trivial program in each. On a shared VM whose speed drifts by 2x within minutes, only
+such a pairing says whether a change to the fork-server helped.
+
+    python -P benchmarks/forkserver_ab.py [--baseline 8f0cb3a] [--runs 600] [--gap-ms 0 5]
+
+Per variant and gap: end-to-end p10/p50/p90 as the caller sees it, and the time inside the server
+from handing the run to its child until the child exited (`duration_ms`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from envpool.sandbox.base import RunRequest  # noqa: E402
+from envpool.sandbox.bwrap import BwrapConfig, BwrapSandbox  # noqa: E402
+
+
+def sandbox_running(script: Path) -> BwrapSandbox:
+    """A warm sandbox whose server runs `script`."""
+    sb = BwrapSandbox(BwrapConfig(forkserver=script))
+    for _ in range(20):
+        sb.run(RunRequest(code="pass"))
+    return sb
+
+
+def figures(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p10_ms": round(ordered[len(ordered) // 10], 2),
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p90_ms": round(ordered[9 * len(ordered) // 10], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default="8f0cb3a", help="git ref of the fork-server to compare against")
+    parser.add_argument("--runs", type=int, default=600)
+    parser.add_argument("--gap-ms", type=float, nargs="+", default=[0.0, 5.0])
+    args = parser.parse_args()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
+
+    old_source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{args.baseline}:envpool/sandbox/forkserver.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        old_script = Path(tmp) / "forkserver.py"
+        old_script.write_text(old_source)
+        boxes = {"baseline": sandbox_running(old_script), "current": sandbox_running(BwrapConfig().forkserver)}
+        request = RunRequest(code="pass")
+        report: dict[str, Any] = {
+            "baseline": args.baseline,
+            "cpus": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        }
+        try:
+            for gap in args.gap_ms:
+                e2e: dict[str, list[float]] = {name: [] for name in boxes}
+                inside: dict[str, list[float]] = {name: [] for name in boxes}
+                for _ in range(args.runs):
+                    for name, sb in boxes.items():
+                        started = time.perf_counter()
+                        result = sb.run(request)
+                        e2e[name].append((time.perf_counter() - started) * 1000)
+                        inside[name].append(result.duration_ms)
+                        if not result.ok:
+                            raise RuntimeError(f"{name}: {result.status} {result.detail}")
+                        time.sleep(gap / 1000)
+                report[f"gap_{gap:g}ms"] = {
+                    name: {"end_to_end": figures(e2e[name]), "inside_server": figures(inside[name])} for name in boxes
+                }
+        finally:
+            for sb in boxes.values():
+                sb.close()
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
