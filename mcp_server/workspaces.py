@@ -82,7 +82,7 @@ class WorkspaceHub:
         try:
             resolved = candidate.resolve()
             is_dir = resolved.is_dir()
-        except (OSError, RuntimeError) as exc:  # a name too long; a symlink loop (RuntimeError in 3.11)
+        except (OSError, RuntimeError, ValueError) as exc:  # too long; a symlink loop (3.11); a NUL byte
             reason = getattr(exc, "strerror", None) or exc
             message = f"{path[:200]!r} cannot be used as a folder ({reason}): pass a project folder"
             raise PathNotAllowed(message) from exc

@@ -70,10 +70,14 @@ async def test_paths_outside_the_workspace_are_refused(client: Client, path: str
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("path", ["x" * 1000, "loop", "loop/inner"])
+@pytest.mark.parametrize("path", ["x" * 1000, "loop", "loop/inner", "\x00", "src\x00/x"])
 async def test_unusable_paths_are_a_clear_error(client: Client, path: str) -> None:
-    """Found by fuzzing: a name too long for the filesystem crashed index_workspace."""
-    for tool, args in (("index_workspace", {"path": path}), ("search_code", {"query": "x", "workspace": path})):
+    """Found by fuzzing: a name too long for the filesystem, or a NUL byte, crashed the tools."""
+    for tool, args in (
+        ("index_workspace", {"path": path}),
+        ("search_code", {"query": "x", "workspace": path}),
+        ("index_status", {"workspace": path}),
+    ):
         result = await client.call_tool(tool, args)
         assert result.is_error
         text = result.content[0].text  # type: ignore[union-attr]

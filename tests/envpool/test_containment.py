@@ -355,6 +355,13 @@ async def test_server_death_is_a_sandbox_error_and_recovers() -> None:
         sb.close()
 
 
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
     sb = BwrapSandbox(BwrapConfig())
     try:
@@ -364,6 +371,9 @@ async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
         spares = [pid for pid, parent in pythons.items() if parent in pythons]
         assert len(spares) == 1, pythons  # the child for the next run is already forked, and waits
         os.kill(spares[0], signal.SIGKILL)
+        with anyio.fail_after(5):  # SIGKILL lands asynchronously: wait until it is a zombie
+            while _state(spares[0]) not in ("Z", ""):
+                await anyio.sleep(0.01)
         await assert_still_serving(sb)  # its dead pipe is noticed; a fresh child runs the program
         await assert_still_serving(sb)
         assert spares[0] not in _sandbox_pythons(sb)  # reaped, not left a zombie
