@@ -5,8 +5,17 @@ from pathlib import Path
 
 import pytest
 
+from memory.chunking import chunk_text
 from memory.embedding import CachedEmbedder, EmbeddingCache, OnnxMiniLM
-from memory.stores.base import Store
+from memory.stores.base import FileState, Store
+from memory.sync import make_records
+
+
+def index_text(store: Store, path: str, text: str, language: str = "python") -> int:
+    """Chunk `text` as the file `path` and write it to `store`, as a sync would; new chunks written."""
+    records = make_records(path, language, chunk_text(text, language))
+    return store.replace_file(FileState(path, len(text), 1, f"sha-{hash(text)}", language), records)
+
 
 FIXTURE_FILES: dict[str, str] = {
     "app/users.py": '''"""User accounts."""

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 import memory.stores.sqlite as sqlite_store
-from memory.chunking import chunk_text
-from memory.stores.base import FileState, Filters
+from memory.stores.base import Filters
 from memory.stores.sqlite import BM25_WEIGHTS, SQLiteStore
-from memory.sync import make_records
 from memory.tokens import query_tokens
+from tests.memory.conftest import index_text
 
 WORDS = ["parse", "header", "email", "socket", "timeout", "json", "string", "case", "title", "file", "path", "tree"]
 QUERIES = ["parse email header", "socket timeout", "title case string", "json", "file path tree walk", "zzz_absent"]
@@ -27,13 +26,6 @@ def _source(rng: random.Random, n: int) -> str:
         body = " ".join(words[2:]) or "nothing"
         funcs.append(f"def {name}_{i}(value):\n    '''{body}'''\n    return value\n")
     return "\n\n".join(funcs)
-
-
-def _index(store: SQLiteStore, path: str, text: str) -> None:
-    store.replace_file(
-        FileState(path, len(text), 1, f"sha-{hash(text)}", "python"),
-        make_records(path, "python", chunk_text(text, "python")),
-    )
 
 
 def _fts5(store: SQLiteStore, tokens: list[str], k: int) -> list[tuple[int, float]]:
@@ -61,13 +53,13 @@ def test_scores_equal_fts5_and_follow_another_writer(tmp_path: Path) -> None:
     reader, writer = SQLiteStore(path, model_id="m", dim=4), SQLiteStore(path, model_id="m", dim=4)
     try:
         for i in range(12):
-            _index(writer, f"pkg/mod{i}.py", _source(rng, 8))
+            index_text(writer, f"pkg/mod{i}.py", _source(rng, 8))
         _assert_same_ranking(reader)  # postings for every query token are now cached
         # Another connection (another process, as far as the reader can tell) edits and deletes.
         for i in range(0, 12, 3):
-            _index(writer, f"pkg/mod{i}.py", _source(rng, 5))
+            index_text(writer, f"pkg/mod{i}.py", _source(rng, 5))
         writer.delete_files(["pkg/mod1.py", "pkg/mod2.py"])
-        _index(writer, "pkg/new.py", _source(rng, 6))
+        index_text(writer, "pkg/new.py", _source(rng, 6))
         _assert_same_ranking(reader)  # patched in place, not reloaded
         # The in-memory path (no filter) and the FTS5 path (a filter) return the same hits.
         ours = reader.keyword_search(query_tokens("socket timeout"), 3, Filters())
@@ -84,11 +76,11 @@ def test_a_reader_behind_the_pruned_log_reloads(tmp_path: Path, monkeypatch: pyt
     path = tmp_path / "index.sqlite"
     reader, writer = SQLiteStore(path, model_id="m", dim=4), SQLiteStore(path, model_id="m", dim=4)
     try:
-        _index(writer, "a.py", _source(rng, 10))
+        index_text(writer, "a.py", _source(rng, 10))
         _assert_same_ranking(reader)
         monkeypatch.setattr(sqlite_store, "CHUNK_LOG_KEEP", 3)
         for i in range(5):
-            _index(writer, f"b{i}.py", _source(rng, 4))
+            index_text(writer, f"b{i}.py", _source(rng, 4))
         first = writer._reader().execute("SELECT min(seq) FROM chunk_log").fetchone()[0]
         assert reader._keywords._seq < first - 1  # the entries it would need are gone
         _assert_same_ranking(reader)

@@ -6,17 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.chunking import chunk_text
 from memory.embedding import CachedEmbedder
-from memory.stores.base import FileState, Filters, Store
-from memory.sync import make_records
+from memory.stores.base import Filters, Store
 from memory.tokens import query_tokens
-from tests.memory.conftest import FIXTURE_FILES
-
-
-def _index(store: Store, path: str, text: str, language: str) -> int:
-    records = make_records(path, language, chunk_text(text, language))
-    return store.replace_file(FileState(path, len(text), 1, f"sha-{hash(text)}", language), records)
+from tests.memory.conftest import FIXTURE_FILES, index_text
 
 
 def _embed_pending(store: Store, embedder: CachedEmbedder) -> int:
@@ -35,7 +28,7 @@ def test_empty_store(store: Store) -> None:
 
 
 def test_keyword_before_vectors_then_dense(store: Store, embedder: CachedEmbedder) -> None:
-    written = _index(store, "app/users.py", FIXTURE_FILES["app/users.py"], "python")
+    written = index_text(store, "app/users.py", FIXTURE_FILES["app/users.py"], "python")
     assert written == 2  # the small class whole, and the function
     assert set(store.manifest()) == {"app/users.py"}
     assert store.stats().pending == written
@@ -52,13 +45,13 @@ def test_keyword_before_vectors_then_dense(store: Store, embedder: CachedEmbedde
 
 def test_replace_keeps_unchanged_chunks_and_vectors(store: Store, embedder: CachedEmbedder) -> None:
     text = FIXTURE_FILES["app/users.py"]
-    _index(store, "app/users.py", text, "python")
+    index_text(store, "app/users.py", text, "python")
     _embed_pending(store, embedder)
     before = store.stats()
-    assert _index(store, "app/users.py", text, "python") == 0
+    assert index_text(store, "app/users.py", text, "python") == 0
     assert store.stats() == before
     edited = text.replace("return [field.strip()", "return [field.strip().lower()")
-    assert _index(store, "app/users.py", edited, "python") == 1
+    assert index_text(store, "app/users.py", edited, "python") == 1
     after = store.stats()
     assert (after.chunks, after.pending) == (before.chunks, 1)
     hits = store.keyword_search(query_tokens("lower"), 5, Filters())
@@ -66,8 +59,8 @@ def test_replace_keeps_unchanged_chunks_and_vectors(store: Store, embedder: Cach
 
 
 def test_delete_files(store: Store) -> None:
-    _index(store, "app/users.py", FIXTURE_FILES["app/users.py"], "python")
-    _index(store, "cmd/main.go", FIXTURE_FILES["cmd/main.go"], "go")
+    index_text(store, "app/users.py", FIXTURE_FILES["app/users.py"], "python")
+    index_text(store, "cmd/main.go", FIXTURE_FILES["cmd/main.go"], "go")
     store.delete_files(["app/users.py"])
     assert set(store.manifest()) == {"cmd/main.go"}
     assert store.keyword_search(query_tokens("add_user password"), 5, Filters()) == []
@@ -76,7 +69,7 @@ def test_delete_files(store: Store) -> None:
 
 def test_filters_and_hybrid(store: Store, embedder: CachedEmbedder) -> None:
     for path, lang in [("app/users.py", "python"), ("web/server.ts", "typescript"), ("cmd/main.go", "go")]:
-        _index(store, path, FIXTURE_FILES[path], lang)
+        index_text(store, path, FIXTURE_FILES[path], lang)
     _embed_pending(store, embedder)
     query = "start an http server on a port"
     vector = embedder.embed_query(query)
@@ -92,7 +85,7 @@ def test_filters_and_hybrid(store: Store, embedder: CachedEmbedder) -> None:
 
 
 def test_set_vectors_ignores_vanished_chunks(store: Store, embedder: CachedEmbedder) -> None:
-    _index(store, "cmd/main.go", FIXTURE_FILES["cmd/main.go"], "go")
+    index_text(store, "cmd/main.go", FIXTURE_FILES["cmd/main.go"], "go")
     pending = store.pending(100)
     store.delete_files(["cmd/main.go"])
     store.set_vectors([p.chunk_id for p in pending], np.ones((len(pending), embedder.dim), np.float32))
@@ -107,7 +100,7 @@ def test_sqlite_bm25_leaves_out_near_stopword_tokens_only_when_rarer_ones_exist(
         files = {f"pkg/mod{i}.py": f"def handler_{i}(request):\n    return request.body\n" for i in range(12)}
         files["pkg/special.py"] = "def checksum_frobnicate(request):\n    return crc(request)\n"
         for path, text in files.items():
-            _index(store, path, text, "python")
+            index_text(store, path, text, "python")
         assert COMMON_TOKEN_SHARE * store.stats().chunks < 13  # `request` is in every chunk
         both = store.keyword_search(query_tokens("request frobnicate"), 10, Filters())
         assert [hit.path for hit in both] == ["pkg/special.py"]  # rows matching only `request` skipped
