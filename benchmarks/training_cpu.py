@@ -42,7 +42,7 @@ def train_figures(workdir: Path, steps: int) -> dict[str, Any]:
     report = train(cfg, daemon=True)
     wall = time.perf_counter() - started
     store = EpisodeStore.open(cfg.database_url)
-    records = store.training_steps(cfg.run)
+    records = store.runs.training_steps(cfg.run)
     store.close()
     step_s = [r.metrics["perf/step_seconds"] for r in records]
     return {
@@ -167,7 +167,7 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
 
     def write_turns(count: int) -> None:
         for _ in range(count):
-            store.add_policy_turn(
+            store.turns.add_policy_turn(
                 episode.id,
                 model="m",
                 request=body,

@@ -229,7 +229,7 @@ def episodes_list(
 @episodes_app.command("show")
 def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     """Show one episode with its steps and rewards."""
-    from training.store import EpisodeNotFound
+    from training.db import EpisodeNotFound
 
     store = open_store()
     try:

@@ -24,9 +24,9 @@ from mcp.server.mcpserver.exceptions import MCPServerError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from training.db import StoreBusy, StoreError
+from training.db import EpisodeNotFound, StoreBusy, StoreError
 from training.records import EpisodeStatus
-from training.store import EpisodeNotFound, EpisodeStore
+from training.store import EpisodeStore
 
 log = structlog.get_logger(__name__)
 

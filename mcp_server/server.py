@@ -21,7 +21,8 @@ from mcp_server.settings import Settings, load_settings
 from mcp_server.state import AppState, app_state
 from mcp_server.tools import episodes, execute, search, training
 from mcp_server.workspaces import WorkspaceHub
-from training.store import EpisodeNotFound, EpisodeStore
+from training.db import EpisodeNotFound
+from training.store import EpisodeStore
 
 log = structlog.get_logger(__name__)
 

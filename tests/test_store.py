@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.postgres_server import PostgresServer
-from training.db import SQLiteDatabase, StoreError, connect
+from training.db import EpisodeClosed, EpisodeNotFound, SQLiteDatabase, StoreError, connect
+from training.log_rows import MAX_TEXT_CHARS
 from training.migrations import MIGRATIONS, Migration, applied, migrate
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.store import MAX_TEXT_CHARS, EpisodeClosed, EpisodeNotFound, EpisodeStore
+from training.store import EpisodeStore
 
 FROZEN_V1 = Path(__file__).parent / "data" / "episodes-0001.sqlite"
 

@@ -1,7 +1,10 @@
 """Database connections for the episode log: SQLite (embedded default) and PostgreSQL (teams).
 
-Both speak the same small surface, so `EpisodeStore` holds one copy of every query. Queries are
-written with `?` placeholders; the PostgreSQL side rewrites them to `%s`.
+Both speak the same small surface, so the stores over them (`EpisodeStore` and the `PolicyTurns`
+and `TrainingRuns` it holds) keep one copy of every query. Queries are written with `?`
+placeholders; the PostgreSQL side rewrites them to `%s`.
+
+The log's errors, one tree: `StoreError` > `StoreBusy`, `EpisodeNotFound`, `EpisodeClosed`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from training.records import Episode
+
 Row = tuple[Any, ...]
 
 
@@ -23,6 +28,18 @@ class StoreError(Exception):
 
 class StoreBusy(StoreError):
     """A `wait=False` transaction could not start at once: another thread or process is writing."""
+
+
+class EpisodeNotFound(StoreError):
+    def __init__(self, episode_id: str) -> None:
+        super().__init__(f"no episode with id {episode_id!r}")
+        self.episode_id = episode_id
+
+
+class EpisodeClosed(StoreError):
+    def __init__(self, episode: Episode) -> None:
+        super().__init__(f"episode {episode.id} already ended with status {episode.status.value}")
+        self.episode = episode
 
 
 class Cursor(Protocol):

@@ -153,7 +153,7 @@ class _Conversation:
     def __init__(self, store: EpisodeStore, episode: Episode) -> None:
         self.episode = episode
         self.reward = episode.reward_total
-        turns = store.policy_turns(episode.id) if episode.source is EpisodeSource.policy else []
+        turns = store.turns.policy_turns(episode.id) if episode.source is EpisodeSource.policy else []
         if turns:
             items, tools, _ = policy_conversation(turns)
             self.prompt_items, self.completion_items = _split_prompt(items)

@@ -36,11 +36,12 @@ from starlette.routing import Route
 
 from training.backends.base import BackendConfig, checkpoint_steps
 from training.codec import CHOICE_TAG, encode_choice
+from training.db import EpisodeClosed, EpisodeNotFound
 from training.http_auth import check_bind, protect
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.redact import redact
 from training.run_records import TurnContext
-from training.store import EpisodeClosed, EpisodeNotFound, EpisodeStore
+from training.store import EpisodeStore
 
 MAX_TOKENS_LIMIT = 4096
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
@@ -432,7 +433,7 @@ class Gateway:
     def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
         if episode_id is None:
             return self.engine.complete(**args)
-        context = self.store.turn_context(episode_id)  # one read query
+        context = self.store.turns.turn_context(episode_id)  # one read query
         if context.source is not EpisodeSource.policy:
             raise BadRequest(
                 f"episode {episode_id} records the IDE's own model; POST /episodes for a policy episode", 409
@@ -443,8 +444,8 @@ class Gateway:
             )
         completion = self.engine.complete(**args, prior=_prior_turn(context))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
-        # tool-call arguments), with token ids and logprobs exact: see `store.redact_choice`.
-        self.store.add_policy_turn(
+        # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
+        self.store.turns.add_policy_turn(
             episode_id,
             model=f"{self.alias}@{completion.checkpoint_step}",
             request={

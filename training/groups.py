@@ -114,7 +114,7 @@ def policy_trajectory(store: EpisodeStore, episode_id: str, reward: float) -> Tr
     """Rebuild a policy episode's conversation from its recorded turns (choices stay exact)."""
     from training.export import policy_conversation
 
-    items, tools, steps = policy_conversation(store.policy_turns(episode_id))
+    items, tools, steps = policy_conversation(store.turns.policy_turns(episode_id))
     if not items:
         return None
     return Trajectory(
@@ -128,7 +128,7 @@ def policy_trajectory(store: EpisodeStore, episode_id: str, reward: float) -> Tr
 
 def groups_from_log(store: EpisodeStore, *, run: str, group_size: int) -> list[Group]:
     """Ready groups of policy episodes: ended, rewarded, not consumed by `run`, `group_size` per task."""
-    consumed = consumed_episode_ids(store.consumed_groups(run))
+    consumed = consumed_episode_ids(store.runs.consumed_groups(run))
     by_task: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for episode in store.terminal_episodes(source=EpisodeSource.policy):
         if episode.id in consumed or episode.reward_total is None or episode.implicit:

@@ -36,5 +36,7 @@ def plot_series(
 
 
 def plot_run(store: EpisodeStore, run: str, path: Path) -> Path:
-    points = [(s.step, s.reward_mean) for s in store.training_steps(run, limit=100_000) if s.reward_mean is not None]
+    points = [
+        (s.step, s.reward_mean) for s in store.runs.training_steps(run, limit=100_000) if s.reward_mean is not None
+    ]
     return plot_series({run: points}, path, title=f"rlide training run {run!r}: reward per step")

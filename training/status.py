@@ -54,14 +54,14 @@ class NoTrainingRun(StoreError):
 def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
     """Status of `run`, or of the most recently updated run when None."""
     if run is None:
-        runs = store.list_runs()
+        runs = store.runs.list_runs()
         if not runs:
             raise NoTrainingRun("no training run yet: start one with `rlide train --once` or `rlide train --daemon`")
         info = runs[0]
     else:
-        info = store.get_run(run)
-    steps = store.training_steps(info.name, limit=RECENT_STEPS)
-    sft = store.sft_counts(info.name)
+        info = store.runs.get_run(run)
+    steps = store.runs.training_steps(info.name, limit=RECENT_STEPS)
+    sft = store.runs.sft_counts(info.name)
     return TrainingStatus(
         run=info.name,
         backend=info.backend,

@@ -261,7 +261,7 @@ class Worker:
     def _open(self) -> tuple[EpisodeStore, TrainingBackend, int]:
         cfg = self.config
         store = EpisodeStore.open(cfg.database_url)
-        run = store.ensure_run(
+        run = store.runs.ensure_run(
             cfg.run, backend=cfg.backend.backend, base_model=cfg.backend.base_model, config=cfg.to_dict()
         )
         backend = self._backend or make_backend(cfg.backend)
@@ -302,7 +302,7 @@ class Worker:
         groups = groups_from_log(self.store, run=cfg.run, group_size=cfg.group_size)
         pool = self._scenario_pool()
         if pool and cfg.groups_per_step > 0:
-            attempt = next_attempt(self.store.consumed_groups(cfg.run), cfg.run, step)
+            attempt = next_attempt(self.store.runs.consumed_groups(cfg.run), cfg.run, step)
             rollouts = rollout_groups(
                 self.backend,
                 pool,
@@ -322,7 +322,7 @@ class Worker:
                 self._unavailable.update(rollouts.unavailable)
                 scenario_id, why = list(rollouts.unavailable.items())[-1]
                 reason = f"{scenario_id}: {why}"
-                self.store.add_unavailable_scenarios(cfg.run, len(rollouts.unavailable), reason)
+                self.store.runs.add_unavailable_scenarios(cfg.run, len(rollouts.unavailable), reason)
                 if report is not None:
                     report.scenarios_unavailable += len(rollouts.unavailable)
                     report.scenario_unavailable_reason = reason
@@ -351,36 +351,36 @@ class Worker:
         cfg = self.config
         failures = 0
         no_signal = 0
-        self.store.set_run_state(cfg.run, RunState.training, None)
+        self.store.runs.set_run_state(cfg.run, RunState.training, None)
         while True:
             if self.stop.is_set():
                 report.stop_reason = StopReason.signal
                 report.message = "stopped by a signal after finishing the current step"
-                self.store.set_run_state(cfg.run, RunState.stopped, report.message)
+                self.store.runs.set_run_state(cfg.run, RunState.stopped, report.message)
                 return
             if cfg.max_steps is not None and report.steps_trained >= cfg.max_steps:
                 report.stop_reason = StopReason.max_steps
                 report.message = f"trained {report.steps_trained} steps (max_steps)"
-                self.store.set_run_state(cfg.run, RunState.idle, report.message)
+                self.store.runs.set_run_state(cfg.run, RunState.idle, report.message)
                 return
             try:
                 trained = self._step(report)
                 failures = 0
             except BackendUnavailable as exc:
                 report.stop_reason, report.message = StopReason.backend_failed, str(exc)
-                self.store.set_run_state(cfg.run, RunState.failed, report.message)
+                self.store.runs.set_run_state(cfg.run, RunState.failed, report.message)
                 raise WorkerError(str(exc)) from exc
             except BackendError as exc:
                 failures += 1
                 if failures >= cfg.max_backend_failures:
                     report.stop_reason = StopReason.backend_failed
                     report.message = f"the training backend failed {failures} times in a row; last error: {exc}"
-                    self.store.set_run_state(cfg.run, RunState.failed, report.message)
+                    self.store.runs.set_run_state(cfg.run, RunState.failed, report.message)
                     return
                 delay = min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** (failures - 1))
                 delay *= 1 + 0.1 * random.random()
                 log.warning("training_backend_error", error=str(exc), retry_in_s=round(delay, 2), failures=failures)
-                self.store.set_run_state(
+                self.store.runs.set_run_state(
                     cfg.run, RunState.backing_off, f"backend error, retrying in {delay:.0f}s: {exc}"
                 )
                 self.backend.rollback(report.step)
@@ -398,18 +398,18 @@ class Worker:
                         f"{report.groups_skipped_stale} stale so far). Make the task easier or the reward more "
                         "graded, raise group_size or temperature, or add scenarios the policy sometimes solves."
                     )
-                    self.store.set_run_state(cfg.run, RunState.no_signal, report.message)
+                    self.store.runs.set_run_state(cfg.run, RunState.no_signal, report.message)
                     log.error("training_no_signal", run=cfg.run, message=report.message)
                     return
             if once:
                 report.stop_reason = StopReason.once
-                self.store.set_run_state(cfg.run, RunState.idle, f"one pass done at step {report.step}")
+                self.store.runs.set_run_state(cfg.run, RunState.idle, f"one pass done at step {report.step}")
                 return
             if trained is None:  # nothing to do at all: wait for episodes
-                self.store.set_run_state(cfg.run, RunState.idle, "waiting for ready groups")
+                self.store.runs.set_run_state(cfg.run, RunState.idle, "waiting for ready groups")
                 self.stop.wait(cfg.poll_interval_s)
             else:
-                self.store.set_run_state(cfg.run, RunState.training, None)
+                self.store.runs.set_run_state(cfg.run, RunState.training, None)
 
     def _step(self, report: WorkerReport) -> bool | None:
         """Train one step. True: trained; False: groups but no signal; None: no groups at all."""
@@ -431,7 +431,7 @@ class Worker:
         rewards = [t.reward for g in groups for t in g.trajectories]
         reward_mean, reward_std = _mean_std(rewards)
         if not filtered.kept:
-            self.store.commit_training_step(
+            self.store.runs.commit_training_step(
                 cfg.run, step=report.step, outcomes=filtered.outcomes, reward_mean=reward_mean, reward_std=reward_std
             )
             log.info("training_batch_without_signal", run=cfg.run, step=report.step, groups=len(groups))
@@ -448,7 +448,7 @@ class Worker:
             }
         )
         try:
-            self.store.commit_training_step(
+            self.store.runs.commit_training_step(
                 cfg.run,
                 step=result.step,
                 outcomes=outcomes,
@@ -488,7 +488,7 @@ class Worker:
         if cfg.sft_batch <= 0:
             return False
         while True:
-            episodes = self.store.sft_candidates(cfg.run, min_reward=cfg.sft_min_reward, limit=cfg.sft_batch)
+            episodes = self.store.runs.sft_candidates(cfg.run, min_reward=cfg.sft_min_reward, limit=cfg.sft_batch)
             if not episodes:
                 return False
             if not isinstance(self.backend, SupportsSFT):
@@ -505,7 +505,7 @@ class Worker:
                     records.append(record)
                     trained.append(episode.id)
             if not records:  # set them aside and look at the next ones
-                self.store.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
                 continue
             started = time.perf_counter()
             try:
@@ -513,11 +513,11 @@ class Worker:
             except NoTrainableData as exc:  # e.g. every conversation longer than max_seq_len
                 log.warning("sft_batch_unusable", run=cfg.run, episodes=len(episodes), error=str(exc))
                 self.backend.rollback(report.step)
-                self.store.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=trained + unusable)
+                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=trained + unusable)
                 continue
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
-                self.store.commit_sft_step(
+                self.store.runs.commit_sft_step(
                     cfg.run, step=result.step, trained=trained, unusable=unusable, metrics=metrics
                 )
             except StoreError:
@@ -544,12 +544,12 @@ class Worker:
         if self._sft_skip_recorded:
             return
         cfg = self.config
-        pending = self.store.sft_pending(cfg.run, min_reward=cfg.sft_min_reward)
+        pending = self.store.runs.sft_pending(cfg.run, min_reward=cfg.sft_min_reward)
         reason = (
             f"the {self.backend.name} backend has no supervised (SFT) step: {pending} successful external"
             f" episodes (reward >= {cfg.sft_min_reward}) are not imitated; GRPO goes on without them"
         )
-        self.store.set_sft_skipped(cfg.run, pending, reason)
+        self.store.runs.set_sft_skipped(cfg.run, pending, reason)
         report.sft_skipped, report.sft_skip_reason = pending, reason
         self._sft_skip_recorded = True
         log.info("sft_skipped", run=cfg.run, episodes=pending, backend=self.backend.name)

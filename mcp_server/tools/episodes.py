@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from mcp_server.middleware import client_name
 from mcp_server.state import AppState, app_state
+from training.db import EpisodeClosed, EpisodeNotFound
 from training.records import Episode, EpisodeStatus, RewardSource
-from training.store import EpisodeClosed, EpisodeNotFound
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field, ValidationError
 from envpool.sandbox.base import InvalidRequest, RunRequest, RunResult, SandboxError, TestRunRequest, prepare_test_run
 from mcp_server.state import AppState, app_state
 from mcp_server.tools.episodes import EpisodeId
+from training.db import EpisodeNotFound
 from training.records import RewardSource
-from training.store import EpisodeNotFound
 
 Files = Annotated[
     dict[str, str] | None,

@@ -35,7 +35,7 @@ def test_pydantic_round_trip_loses_choices_and_the_codec_keeps_them() -> None:
 
 def test_choices_survive_the_episode_log(store: EpisodeStore) -> None:
     episode_id = policy_episode(store, "fix the parser", 1.0, seed=1 / 7)
-    turns = store.policy_turns(episode_id)
+    turns = store.turns.policy_turns(episode_id)
     assert [t.checkpoint_step for t in turns] == [3, 3]
     assert turns[0].completion_token_ids == [11, 12, 13]
     restored = codec.decode_choice(turns[1].choice)

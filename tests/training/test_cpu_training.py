@@ -109,7 +109,7 @@ def test_sigterm_finishes_the_step_and_exits(tmp_path: Path) -> None:
             if (tmp_path / "ep.db").exists():
                 try:
                     store = EpisodeStore.open(str(tmp_path / "ep.db"))
-                    step = store.get_run("default").step
+                    step = store.runs.get_run("default").step
                     store.close()
                 except Exception:  # noqa: BLE001 - the run row may not exist yet
                     step = 0
@@ -125,7 +125,7 @@ def test_sigterm_finishes_the_step_and_exits(tmp_path: Path) -> None:
     _, reason, final_step = stop_line.split()
     assert reason == "signal"
     store = EpisodeStore.open(str(tmp_path / "ep.db"))
-    run = store.get_run("default")
+    run = store.runs.get_run("default")
     assert run.state is RunState.stopped and run.step == int(final_step)
     assert checkpoint_steps(BackendConfig(path=tmp_path / "art").model_dir())[-1] == run.step
     store.close()
@@ -182,10 +182,10 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
     assert (report.sft_steps, report.sft_episodes, report.steps_trained, report.step) == (1, 2, 1, 1)
     assert checkpoint_steps(backend.model_dir()) == [1]
     store = EpisodeStore.open(str(db))
-    [record] = store.training_steps("default")
+    [record] = store.runs.training_steps("default")
     assert record.metrics["losses/sft_loss"] > 0 and record.metrics["perf/trainable_tokens"] > 0
     assert record.metrics["charts/sft_episodes"] == 2
-    assert store.sft_candidates("default", min_reward=cfg.sft_min_reward, limit=10) == []
+    assert store.runs.sft_candidates("default", min_reward=cfg.sft_min_reward, limit=10) == []
     store.close()
 
     # A restart resumes at the committed step and finds every success already imitated.

@@ -68,7 +68,7 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
         second = oai.chat.completions.create(
             model="student", messages=messages, max_tokens=6, logprobs=True, seed=10 + i
         )
-        turns = store.policy_turns(episode_id)
+        turns = store.turns.policy_turns(episode_id)
         assert len(turns) == 2
         stored = decode_choice(turns[1].choice)
         assert stored.logprobs.content == second.choices[0].logprobs.content  # bit-exact through HTTP and SQLite
@@ -83,7 +83,7 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
     cfg = WorkerConfig(database_url=store.url, backend=config, scenarios=None, group_size=2)
     report = train(cfg, once=True)
     assert (report.steps_trained, report.groups_trained, report.step) == (1, 1, 1)
-    [record] = store.training_steps("default")
+    [record] = store.runs.training_steps("default")
     assert record.metrics["losses/max_logprob_drift"] < 1e-4
     assert record.reward_mean == pytest.approx(0.25)
     assert groups_from_log(store, run="default", group_size=2) == []  # consumed
@@ -147,12 +147,12 @@ def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, T
             seed=i,
             logprobs=True,
         )
-        [turn] = proxy.store.policy_turns(episode_id)
+        [turn] = proxy.store.turns.policy_turns(episode_id)
         assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]
         assert turn.prompt_token_ids is None and turn.checkpoint_step == 0
         http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": reward})
     report = train(WorkerConfig(database_url=proxy.store.url, backend=config, scenarios=None, group_size=2), once=True)
     assert report.steps_trained == 1
-    [record] = proxy.store.training_steps("default")
+    [record] = proxy.store.runs.training_steps("default")
     assert record.metrics["losses/max_logprob_drift"] < 1e-4
     assert proxy.engine.refresh() == 1  # the upstream now serves the new checkpoint

@@ -102,12 +102,14 @@ def test_filter_drops_zero_variance_and_stale_groups() -> None:
 def test_log_groups_are_claimed_once(store: EpisodeStore) -> None:
     for i, r in enumerate([1.0, -1.0, 1.0, -1.0, 1.0]):
         policy_episode(store, "fix it", r, seed=i / 10, checkpoint_step=4)
-    store.ensure_run("r", backend="cpu", base_model="tiny-qwen2")
+    store.runs.ensure_run("r", backend="cpu", base_model="tiny-qwen2")
     groups = groups_from_log(store, run="r", group_size=2)
     assert len(groups) == 2  # five episodes, groups of two: the fifth waits for a partner
     assert all(g.policy_step == 4 and len(g.trajectories) == 2 for g in groups)
     assert all(t.has_choices for g in groups for t in g.trajectories)
-    store.commit_training_step("r", step=1, outcomes={groups[0].key: GroupOutcome.trained}, reward_mean=0, reward_std=1)
+    store.runs.commit_training_step(
+        "r", step=1, outcomes={groups[0].key: GroupOutcome.trained}, reward_mean=0, reward_std=1
+    )
     left = groups_from_log(store, run="r", group_size=2)
     assert [len(g.trajectories) for g in left] == [2]
     assert {t.metadata["episode_id"] for t in left[0].trajectories}.isdisjoint(
@@ -163,7 +165,7 @@ def test_stop_event_finishes_the_current_step(tmp_path: Path) -> None:
     report = train(cfg, daemon=True, backend=StopAfterFirst(cfg.backend, ["12", "ab"]), scenarios=TOY, stop=stop)
     assert report.stop_reason is StopReason.signal and report.step == 1
     store = EpisodeStore.open(cfg.database_url)
-    assert store.get_run("default").step == 1 and store.get_run("default").state is RunState.stopped
+    assert store.runs.get_run("default").step == 1 and store.runs.get_run("default").state is RunState.stopped
     store.close()
 
 
@@ -217,7 +219,7 @@ def test_worker_imitates_external_successes_once_each_across_restarts(tmp_path: 
     status = read_status(store)
     assert (status.sft_steps, status.sft_episodes_trained, status.sft_episodes_unusable) == (2, 3, 1)
     assert [(p.step, p.sft_episodes, p.reward_mean) for p in status.recent] == [(1, 2, None), (2, 1, None)]
-    assert store.sft_candidates("default", min_reward=0.5, limit=10) == []
+    assert store.runs.sft_candidates("default", min_reward=0.5, limit=10) == []
     newer = external_episode(store, "fix bug #3", 1.0)
     store.close()
     assert empty not in wins and newer not in wins
@@ -242,7 +244,7 @@ def test_a_backend_without_sft_skips_with_a_counted_reason(tmp_path: Path) -> No
     store = EpisodeStore.open(cfg.database_url)
     status = read_status(store)
     assert status.sft_skipped == 2 and "2 successful external episodes" in (status.sft_skip_reason or "")
-    assert store.sft_pending("default", min_reward=cfg.sft_min_reward) == 2  # still waiting, not consumed
+    assert store.runs.sft_pending("default", min_reward=cfg.sft_min_reward) == 2  # still waiting, not consumed
     store.close()
 
 
@@ -255,7 +257,7 @@ def test_an_sft_batch_with_nothing_to_learn_is_set_aside_not_retried(tmp_path: P
     report = train(cfg, once=True, backend=backend, scenarios=[])
     assert report.stop_reason is StopReason.once and report.steps_trained == 0 and report.step == 0
     store = EpisodeStore.open(cfg.database_url)
-    assert read_status(store).sft_episodes_unusable == 1 and store.get_run("default").state is RunState.idle
+    assert read_status(store).sft_episodes_unusable == 1 and store.runs.get_run("default").state is RunState.idle
     store.close()
 
 

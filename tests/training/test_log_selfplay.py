@@ -71,7 +71,7 @@ def test_the_worker_practises_a_log_scenario_verified_in_the_sandbox(tmp_path: P
     store = EpisodeStore.open(str(db))
     status = read_status(store)
     assert (status.groups_skipped_zero_variance, status.groups_trained, status.step) == (1, 0, 0)
-    [key] = store.consumed_groups("default")
+    [key] = store.runs.consumed_groups("default")
     assert key == f"rollout:default:0.0:episode/{episode}"  # recorded, so a retry samples anew
     store.close()
 

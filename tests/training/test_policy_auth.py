@@ -62,7 +62,7 @@ def test_every_route_needs_the_token(store: EpisodeStore) -> None:
     assert started.status_code == 201
     episode_id = started.json()["episode_id"]
     assert http.post(f"/episodes/{episode_id}/v1/chat/completions", json=CHAT, headers=right).status_code == 200
-    assert len(store.policy_turns(episode_id)) == 1
+    assert len(store.turns.policy_turns(episode_id)) == 1
 
 
 def test_loopback_without_a_token_stays_open(store: EpisodeStore) -> None:

@@ -17,7 +17,8 @@ from training_logdata import CannedEngine, make_choice
 
 from training.codec import CHOICE_TAG, decode_choice, encode_choice
 from training.gateway import Gateway
-from training.store import EpisodeStore, redact_choice
+from training.policy_turns import redact_choice
+from training.store import EpisodeStore
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 GITHUB_TOKEN = "ghp_" + "A1b2" * 9
@@ -54,7 +55,7 @@ def test_secrets_in_prompt_and_completion_never_reach_the_log(tmp_path: Path) ->
     sent = answer["choices"][0]
     assert sent["message"]["content"] == "".join(PIECES)  # the client gets what was sampled
 
-    [turn] = store.policy_turns(episode_id)
+    [turn] = store.turns.policy_turns(episode_id)
     raw = _raw_rows(db)
     for secret in SECRETS:
         assert secret not in raw, secret
@@ -92,8 +93,8 @@ def test_a_turn_without_secrets_is_stored_exactly(store: EpisodeStore) -> None:
     choice = make_choice("The answer is 42.", [7, 8, 9], [-0.5, -0.25, -1e-7])
     episode = store.start_episode("t")
     request = {"messages": [{"role": "user", "content": "q"}]}
-    store.add_policy_turn(episode.id, model="student", request=request, choice=encode_choice(choice))
-    [turn] = store.policy_turns(episode.id)
+    store.turns.add_policy_turn(episode.id, model="student", request=request, choice=encode_choice(choice))
+    [turn] = store.turns.policy_turns(episode.id)
     assert turn.choice == encode_choice(choice)
     restored = decode_choice(turn.choice)
     assert isinstance(restored, openai.types.chat.chat_completion.Choice) and restored == choice
@@ -106,8 +107,8 @@ def test_the_codec_round_trip_keeps_everything_but_the_secret(store: EpisodeStor
     secret_call = {"id": "c", "type": "function", "function": {"name": "deploy", "arguments": arguments}}
     choice = make_choice(f"key {AWS_KEY}", [1, 2, 3], [-0.125, -2.0, -1e-9], tool_call=secret_call)
     episode = store.start_episode("t")
-    store.add_policy_turn(episode.id, model="student", request={"messages": []}, choice=encode_choice(choice))
-    restored = decode_choice(store.policy_turns(episode.id)[0].choice)
+    store.turns.add_policy_turn(episode.id, model="student", request={"messages": []}, choice=encode_choice(choice))
+    restored = decode_choice(store.turns.policy_turns(episode.id)[0].choice)
     assert restored.message.content == "key [REDACTED:aws_access_key]"
     assert restored.finish_reason == choice.finish_reason and restored.index == choice.index
     assert [(t.token, t.logprob) for t in restored.logprobs.content] == [

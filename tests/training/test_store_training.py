@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.postgres_server import postgres_server  # noqa: F401 - fixture
-from training.db import StoreError
-from training.migrations import applied
+from training.db import EpisodeNotFound, StoreError, connect
+from training.migrations import applied, migrate
+from training.policy_turns import PolicyTurns
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import GroupOutcome, RunState, TurnContext
-from training.store import EpisodeNotFound, EpisodeStore
+from training.store import EpisodeStore
+from training.training_runs import TrainingRuns
 
 FROZEN = Path(__file__).parents[1] / "data" / "episodes-0001.sqlite"
 
@@ -39,27 +41,38 @@ def test_an_old_frozen_log_gains_the_training_tables(tmp_path: Path) -> None:
     try:
         assert "0003_policy_turns_and_training" in applied(store.db)
         assert "0004_sft_cursor" in applied(store.db)
-        assert store.list_runs() == []
+        assert store.runs.list_runs() == []
         episodes = store.list_episodes(limit=5)
         if episodes:
-            assert store.policy_turns(episodes[0].id) == []
+            assert store.turns.policy_turns(episodes[0].id) == []
     finally:
         store.close()
+
+
+def test_runs_and_turns_need_only_a_migrated_database(tmp_path: Path) -> None:
+    db = connect(str(tmp_path / "episodes.db"))
+    migrate(db)
+    try:
+        assert TrainingRuns(db).ensure_run("r", backend="cpu", base_model="tiny-qwen2").step == 0
+        with pytest.raises(EpisodeNotFound):
+            PolicyTurns(db).turn_context("ep_nope")
+    finally:
+        db.close()
 
 
 def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: EpisodeStore) -> None:
     store = any_store
     with pytest.raises(EpisodeNotFound):
-        store.add_policy_turn("ep_nope", model="m", request={}, choice={"__choice__": {}})
+        store.turns.add_policy_turn("ep_nope", model="m", request={}, choice={"__choice__": {}})
     ep = store.start_episode("t")
     key = "sk-" + "a" * 30
-    store.add_policy_turn(
+    store.turns.add_policy_turn(
         ep.id,
         model="m",
         request={"messages": [{"role": "user", "content": f"key {key}"}]},
         choice={"__choice__": {"message": {"content": "ok"}}},
     )
-    turn = store.policy_turns(ep.id)[0]
+    turn = store.turns.policy_turns(ep.id)[0]
     assert key not in str(turn.request)
     assert turn.choice == {"__choice__": {"message": {"content": "ok"}}}
 
@@ -67,16 +80,18 @@ def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: Episode
 def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store: EpisodeStore) -> None:
     store = any_store
     with pytest.raises(EpisodeNotFound):
-        store.turn_context("ep_nope")
+        store.turns.turn_context("ep_nope")
     external = store.start_episode("the IDE's own model")
-    assert store.turn_context(external.id) == TurnContext(EpisodeSource.external, EpisodeStatus.open)
+    assert store.turns.turn_context(external.id) == TurnContext(EpisodeSource.external, EpisodeStatus.open)
     ep = store.start_episode("t", source=EpisodeSource.policy)
-    assert store.turn_context(ep.id) == TurnContext(EpisodeSource.policy, EpisodeStatus.open)
+    assert store.turns.turn_context(ep.id) == TurnContext(EpisodeSource.policy, EpisodeStatus.open)
     choice = {"__choice__": {"message": {"role": "assistant", "content": "one"}}}
-    store.add_policy_turn(ep.id, model="m", request={"messages": [{"role": "user", "content": "1"}]}, choice=choice)
-    assert store.turn_context(ep.id).last_request is None  # a turn without token ids cannot be spliced
+    store.turns.add_policy_turn(
+        ep.id, model="m", request={"messages": [{"role": "user", "content": "1"}]}, choice=choice
+    )
+    assert store.turns.turn_context(ep.id).last_request is None  # a turn without token ids cannot be spliced
     for n in (2, 3):
-        store.add_policy_turn(
+        store.turns.add_policy_turn(
             ep.id,
             model="m",
             request={"messages": [{"role": "user", "content": str(n)}]},
@@ -85,9 +100,11 @@ def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store
             completion_token_ids=[n, 8],
         )
     other = store.start_episode("another", source=EpisodeSource.policy)
-    store.add_policy_turn(other.id, model="m", request={}, choice=choice, prompt_token_ids=[9], completion_token_ids=[])
+    store.turns.add_policy_turn(
+        other.id, model="m", request={}, choice=choice, prompt_token_ids=[9], completion_token_ids=[]
+    )
     store.end_episode(ep.id, EpisodeStatus.success)
-    assert store.turn_context(ep.id) == TurnContext(  # the newest turn of this episode, not another's
+    assert store.turns.turn_context(ep.id) == TurnContext(  # the newest turn of this episode, not another's
         EpisodeSource.policy,
         EpisodeStatus.success,
         last_request={"messages": [{"role": "user", "content": "3"}]},
@@ -99,9 +116,9 @@ def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store
 
 def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None:
     store = any_store
-    run = store.ensure_run("r", backend="cpu", base_model="tiny-qwen2", config={"lr": 0.01})
+    run = store.runs.ensure_run("r", backend="cpu", base_model="tiny-qwen2", config={"lr": 0.01})
     assert run.step == 0 and run.state is RunState.idle
-    run = store.commit_training_step(
+    run = store.runs.commit_training_step(
         "r",
         step=1,
         outcomes={"g1": GroupOutcome.trained, "g2": GroupOutcome.stale},
@@ -111,22 +128,22 @@ def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None
     )
     assert (run.step, run.groups_trained, run.groups_skipped_stale) == (1, 1, 1)
     # Skipped groups alone do not advance the step.
-    run = store.commit_training_step(
+    run = store.runs.commit_training_step(
         "r", step=1, outcomes={"g3": GroupOutcome.zero_variance}, reward_mean=None, reward_std=None
     )
     assert (run.step, run.groups_skipped_zero_variance) == (1, 1)
     with pytest.raises(StoreError, match="at step 1; cannot commit step 3"):
-        store.commit_training_step("r", step=3, outcomes={}, reward_mean=None, reward_std=None)
+        store.runs.commit_training_step("r", step=3, outcomes={}, reward_mean=None, reward_std=None)
     with pytest.raises(StoreError):  # a group is consumed once per run
-        store.commit_training_step("r", step=2, outcomes={"g1": GroupOutcome.trained}, reward_mean=0, reward_std=0)
-    assert store.get_run("r").step == 1
-    assert store.consumed_groups("r") == {"g1", "g2", "g3"}
-    [record] = store.training_steps("r")
+        store.runs.commit_training_step("r", step=2, outcomes={"g1": GroupOutcome.trained}, reward_mean=0, reward_std=0)
+    assert store.runs.get_run("r").step == 1
+    assert store.runs.consumed_groups("r") == {"g1", "g2", "g3"}
+    [record] = store.runs.training_steps("r")
     assert record.reward_mean == 0.5 and record.metrics == {"loss": 1.0}
     with pytest.raises(StoreError, match="base model"):
-        store.ensure_run("r", backend="cpu", base_model="other")
-    store.set_run_state("r", RunState.no_signal, "nothing to learn")
-    assert store.get_run("r").message == "nothing to learn"
+        store.runs.ensure_run("r", backend="cpu", base_model="other")
+    store.runs.set_run_state("r", RunState.no_signal, "nothing to learn")
+    assert store.runs.get_run("r").message == "nothing to learn"
 
 
 def _ended(store: EpisodeStore, task: str, reward: float | None, **kw: object) -> str:
@@ -139,8 +156,8 @@ def _ended(store: EpisodeStore, task: str, reward: float | None, **kw: object) -
 
 def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> None:
     store = any_store
-    store.ensure_run("r", backend="cpu", base_model="tiny-qwen2")
-    store.ensure_run("other", backend="cpu", base_model="tiny-qwen2")
+    store.runs.ensure_run("r", backend="cpu", base_model="tiny-qwen2")
+    store.runs.ensure_run("other", backend="cpu", base_model="tiny-qwen2")
     first = _ended(store, "a", 1.0)
     second = _ended(store, "b", 0.25)
     store.add_reward(second, RewardSource.feedback, 0.5)  # reward total 0.75
@@ -152,23 +169,24 @@ def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> 
     store.add_reward(still_open.id, RewardSource.tests, 1.0)
     third = _ended(store, "c", 1.0)
 
-    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=10)] == [first, second, third]
-    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=2)] == [first, second]
-    assert store.sft_pending("r", min_reward=0.5) == 3 and store.sft_pending("r", min_reward=0.8) == 2
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=10)] == [first, second, third]
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=2)] == [first, second]
+    assert store.runs.sft_pending("r", min_reward=0.5) == 3 and store.runs.sft_pending("r", min_reward=0.8) == 2
 
-    run = store.commit_sft_step("r", step=1, trained=[first], unusable=[second], metrics={"losses/sft_loss": 2.0})
+    run = store.runs.commit_sft_step("r", step=1, trained=[first], unusable=[second], metrics={"losses/sft_loss": 2.0})
     assert run.step == 1
-    assert [e.id for e in store.sft_candidates("r", min_reward=0.5, limit=10)] == [third]
-    assert len(store.sft_candidates("other", min_reward=0.5, limit=10)) == 3  # cursors are per run
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=10)] == [third]
+    assert len(store.runs.sft_candidates("other", min_reward=0.5, limit=10)) == 3  # cursors are per run
     with pytest.raises(StoreError):  # an episode is used once per run
-        store.commit_sft_step("r", step=2, trained=[first], unusable=[])
+        store.runs.commit_sft_step("r", step=2, trained=[first], unusable=[])
     with pytest.raises(StoreError, match="cannot commit SFT step 3"):
-        store.commit_sft_step("r", step=3, trained=[third], unusable=[])
-    assert store.get_run("r").step == 1
-    [record] = store.training_steps("r")
+        store.runs.commit_sft_step("r", step=3, trained=[third], unusable=[])
+    assert store.runs.get_run("r").step == 1
+    [record] = store.runs.training_steps("r")
     assert record.reward_mean is None and record.metrics == {"losses/sft_loss": 2.0, "charts/sft_episodes": 1}
-    counts = store.sft_counts("r")
+    counts = store.runs.sft_counts("r")
     assert (counts.steps, counts.episodes_trained, counts.episodes_unusable) == (1, 1, 1)
 
-    store.set_sft_skipped("other", 3, "no supervised step")
-    assert (store.get_run("other").sft_skipped, store.get_run("other").sft_skip_reason) == (3, "no supervised step")
+    store.runs.set_sft_skipped("other", 3, "no supervised step")
+    other = store.runs.get_run("other")
+    assert (other.sft_skipped, other.sft_skip_reason) == (3, "no supervised step")

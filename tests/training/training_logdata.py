@@ -80,7 +80,7 @@ def policy_episode(
         "messages": [{"role": "system", "content": "You fix code."}, {"role": "user", "content": task}],
         "tools": [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}],
     }
-    store.add_policy_turn(
+    store.turns.add_policy_turn(
         ep.id,
         model="student",
         request=request1,
@@ -98,7 +98,7 @@ def policy_episode(
         ],
         "tools": request1["tools"],
     }
-    store.add_policy_turn(
+    store.turns.add_policy_turn(
         ep.id,
         model="student",
         request=request2,

@@ -1,0 +1,67 @@
+"""What the episode log's stores share about rows: how text and JSON go into a column, and how an
+episode row comes back out (the episode store reads episodes, the training runs read the ones
+ready for SFT)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from training.db import Row
+from training.records import Episode, EpisodeSource, EpisodeStatus, from_epoch
+from training.redact import redact_text
+
+MAX_TEXT_CHARS = 4_000
+"""Longest result summary, error or comment kept per row; the log is a record, not a file store."""
+
+
+def clip_text(text: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:
+    """Redacted, clipped text that every backend can store.
+
+    Callers compute it before opening a write transaction, so redaction never runs under the
+    database's write lock. A lone surrogate (JSON `"\\ud800"` decodes to one) cannot be encoded as
+    UTF-8 by SQLite or PostgreSQL; it is kept as its backslash escape instead of failing the write.
+    """
+    if text is None:
+        return None
+    text = redact_text(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters not stored]"
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=True, default=str)
+
+
+def json_text(value: Any) -> str:
+    """JSON for a text column; ASCII escapes keep any string, lone surrogates included, exactly."""
+    return _ENCODER.encode(value)
+
+
+EPISODE_COLUMNS = (
+    "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
+    " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
+    " (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id)"
+)
+"""The SELECT list that `episode_from_row` reads, for a query over `episodes e`."""
+
+
+def episode_from_row(row: Row) -> Episode:
+    created = from_epoch(row[8])
+    updated = from_epoch(row[9])
+    assert created is not None and updated is not None
+    return Episode(
+        id=row[0],
+        task=row[1],
+        workspace=row[2],
+        client=row[3],
+        source=EpisodeSource(row[4]),
+        status=EpisodeStatus(row[5]),
+        summary=row[6],
+        implicit=bool(row[7]),
+        created_at=created,
+        updated_at=updated,
+        ended_at=from_epoch(row[10]),
+        step_count=int(row[11]),
+        reward_total=None if row[12] is None else float(row[12]),
+    )

@@ -1,0 +1,284 @@
+"""Training runs in the episode log: each run's cursor, history, consumed groups and SFT cursor.
+
+`TrainingRuns` reads and writes tables `training_runs`, `training_groups`, `training_steps` and
+`training_sft_episodes` over the database an `EpisodeStore` opened and migrated (the store holds one
+as `store.runs`). The worker writes them; `training.status` reads them without torch or ART.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from training.db import Database, Row, StoreError
+from training.log_rows import EPISODE_COLUMNS, clip_text, episode_from_row
+from training.records import Episode, at_epoch
+from training.run_records import (
+    GroupOutcome,
+    RunState,
+    SftCounts,
+    SftOutcome,
+    TrainingRun,
+    TrainingStepRecord,
+)
+
+
+class TrainingRuns:
+    """The training tables, over a database `EpisodeStore` has migrated."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def ensure_run(
+        self, name: str, *, backend: str, base_model: str, config: dict[str, Any] | None = None
+    ) -> TrainingRun:
+        """Create the run if it is new; an existing run keeps its step (that is how a worker resumes)."""
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute("SELECT backend, base_model FROM training_runs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                cur.execute(
+                    "INSERT INTO training_runs (name, backend, base_model, config, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, backend, base_model, json.dumps(config or {}, default=str), now, now),
+                )
+            elif row[1] != base_model:
+                raise StoreError(
+                    f"training run {name!r} was started on base model {row[1]!r}, not {base_model!r}:"
+                    " pick another run name"
+                )
+        return self.get_run(name)
+
+    def get_run(self, name: str) -> TrainingRun:
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(f"SELECT {_RUN_COLUMNS} FROM training_runs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise StoreError(f"no training run named {name!r}")
+        return _run(row)
+
+    def list_runs(self) -> list[TrainingRun]:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(f"SELECT {_RUN_COLUMNS} FROM training_runs ORDER BY updated_at DESC").fetchall()
+        return [_run(r) for r in rows]
+
+    def set_run_state(self, name: str, state: RunState, message: str | None = None) -> None:
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE training_runs SET state = ?, message = ?, updated_at = ? WHERE name = ?",
+                (state.value, clip_text(message), time.time(), name),
+            )
+
+    def consumed_groups(self, name: str) -> set[str]:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute("SELECT group_key FROM training_groups WHERE run = ?", (name,)).fetchall()
+        return {r[0] for r in rows}
+
+    def commit_training_step(
+        self,
+        name: str,
+        *,
+        step: int,
+        outcomes: dict[str, GroupOutcome],
+        reward_mean: float | None,
+        reward_std: float | None,
+        metrics: dict[str, Any] | None = None,
+    ) -> TrainingRun:
+        """Advance the run's cursor to `step` and record the groups it consumed, in one transaction.
+
+        `step` must be the run's step + 1 (or equal to it when nothing was trained, which only
+        records skipped groups): a second worker or a replayed step fails instead of double-counting.
+        """
+        now = time.time()
+        counts = {o: sum(1 for v in outcomes.values() if v is o) for o in GroupOutcome}
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StoreError(f"no training run named {name!r}")
+            if step not in (row[0], row[0] + 1):
+                raise StoreError(f"training run {name!r} is at step {row[0]}; cannot commit step {step}")
+            for key, outcome in outcomes.items():
+                cur.execute(
+                    "INSERT INTO training_groups (run, group_key, step, outcome, created_at) VALUES (?, ?, ?, ?, ?)",
+                    (name, key, step, outcome.value, now),
+                )
+            cur.execute(
+                "UPDATE training_runs SET step = ?, groups_trained = groups_trained + ?,"
+                " groups_skipped_zero_variance = groups_skipped_zero_variance + ?,"
+                " groups_skipped_stale = groups_skipped_stale + ?, updated_at = ? WHERE name = ?",
+                (
+                    step,
+                    counts[GroupOutcome.trained],
+                    counts[GroupOutcome.zero_variance],
+                    counts[GroupOutcome.stale],
+                    now,
+                    name,
+                ),
+            )
+            if step == row[0] + 1:
+                cur.execute(
+                    "INSERT INTO training_steps (run, step, reward_mean, reward_std, groups_trained,"
+                    " groups_skipped_zero_variance, groups_skipped_stale, metrics, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        name,
+                        step,
+                        reward_mean,
+                        reward_std,
+                        counts[GroupOutcome.trained],
+                        counts[GroupOutcome.zero_variance],
+                        counts[GroupOutcome.stale],
+                        json.dumps(metrics or {}, default=str),
+                        now,
+                    ),
+                )
+        return self.get_run(name)
+
+    # -- SFT on external episodes: the run's cursor over the IDE's own successes --------------------
+
+    def sft_candidates(self, name: str, *, min_reward: float, limit: int) -> list[Episode]:
+        """Up to `limit` external episodes ready for an SFT step of run `name`, oldest ended first."""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE {_SFT_READY} ORDER BY e.ended_at, e.id LIMIT ?",
+                (min_reward, name, limit),
+            ).fetchall()
+        return [episode_from_row(r) for r in rows]
+
+    def sft_pending(self, name: str, *, min_reward: float) -> int:
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(f"SELECT COUNT(*) FROM episodes e WHERE {_SFT_READY}", (min_reward, name)).fetchone()
+        return int(row[0]) if row else 0
+
+    def commit_sft_step(
+        self,
+        name: str,
+        *,
+        step: int,
+        trained: list[str],
+        unusable: list[str],
+        metrics: dict[str, Any] | None = None,
+    ) -> TrainingRun:
+        """Record the episodes an SFT step used and advance the run to `step`, in one transaction.
+
+        With `trained` episodes, `step` must be the run's step + 1 (a training_steps row is written,
+        without a reward: SFT has none); with only `unusable` ones it must equal the run's step. An
+        episode the run already used fails the whole commit (the cursor never counts one twice).
+        """
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StoreError(f"no training run named {name!r}")
+            expected = row[0] + 1 if trained else row[0]
+            if step != expected:
+                raise StoreError(f"training run {name!r} is at step {row[0]}; cannot commit SFT step {step}")
+            outcomes = [(e, SftOutcome.trained) for e in trained] + [(e, SftOutcome.unusable) for e in unusable]
+            for episode_id, outcome in outcomes:
+                cur.execute(
+                    "INSERT INTO training_sft_episodes (run, episode_id, step, outcome, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (name, episode_id, step, outcome.value, now),
+                )
+            cur.execute(
+                "UPDATE training_runs SET step = ?, sft_skipped = 0, sft_skip_reason = NULL, updated_at = ?"
+                " WHERE name = ?",
+                (step, now, name),
+            )
+            if trained:
+                cur.execute(
+                    "INSERT INTO training_steps (run, step, reward_mean, reward_std, groups_trained,"
+                    " groups_skipped_zero_variance, groups_skipped_stale, metrics, created_at)"
+                    " VALUES (?, ?, NULL, NULL, 0, 0, 0, ?, ?)",
+                    (name, step, json.dumps({**(metrics or {}), "charts/sft_episodes": len(trained)}), now),
+                )
+        return self.get_run(name)
+
+    def set_sft_skipped(self, name: str, count: int, reason: str | None) -> None:
+        """Say how many ready external episodes the run's backend cannot imitate, and why."""
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE training_runs SET sft_skipped = ?, sft_skip_reason = ?, updated_at = ? WHERE name = ?",
+                (count, clip_text(reason), time.time(), name),
+            )
+
+    def add_unavailable_scenarios(self, name: str, count: int, reason: str | None) -> None:
+        """Count `count` more self-play scenarios the run skipped (verifier unavailable), and why."""
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE training_runs SET scenarios_unavailable = scenarios_unavailable + ?,"
+                " scenario_unavailable_reason = ?, updated_at = ? WHERE name = ?",
+                (count, clip_text(reason), time.time(), name),
+            )
+
+    def sft_counts(self, name: str) -> SftCounts:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT outcome, COUNT(*), COUNT(DISTINCT step) FROM training_sft_episodes WHERE run = ?"
+                " GROUP BY outcome",
+                (name,),
+            ).fetchall()
+        by = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+        trained, steps = by.get(SftOutcome.trained.value, (0, 0))
+        return SftCounts(steps=steps, episodes_trained=trained, episodes_unusable=by.get("unusable", (0, 0))[0])
+
+    def training_steps(self, name: str, *, limit: int = 1000) -> list[TrainingStepRecord]:
+        """The run's most recent steps, oldest first."""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT step, reward_mean, reward_std, groups_trained, groups_skipped_zero_variance,"
+                " groups_skipped_stale, metrics, created_at FROM training_steps WHERE run = ?"
+                " ORDER BY step DESC LIMIT ?",
+                (name, limit),
+            ).fetchall()
+        return [
+            TrainingStepRecord(
+                run=name,
+                step=r[0],
+                reward_mean=r[1],
+                reward_std=r[2],
+                groups_trained=r[3],
+                groups_skipped_zero_variance=r[4],
+                groups_skipped_stale=r[5],
+                metrics=json.loads(r[6] or "{}"),
+                created_at=at_epoch(r[7]),
+            )
+            for r in reversed(rows)
+        ]
+
+
+_SFT_READY = (
+    "e.source = 'external' AND e.status <> 'open' AND e.implicit = 0"
+    " AND (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id) >= ?"
+    " AND NOT EXISTS (SELECT 1 FROM training_sft_episodes t WHERE t.run = ? AND t.episode_id = e.id)"
+)
+"""Ended, explicit episodes of the IDE's own model whose reward total reaches the minimum and that
+the run has not used yet (in either outcome)."""
+
+
+_RUN_COLUMNS = (
+    "name, backend, base_model, step, state, message, config, groups_trained, groups_skipped_zero_variance,"
+    " groups_skipped_stale, created_at, updated_at, sft_skipped, sft_skip_reason, scenarios_unavailable,"
+    " scenario_unavailable_reason"
+)
+
+
+def _run(row: Row) -> TrainingRun:
+    return TrainingRun(
+        name=row[0],
+        backend=row[1],
+        base_model=row[2],
+        step=row[3],
+        state=RunState(row[4]),
+        message=row[5],
+        config=json.loads(row[6] or "{}"),
+        groups_trained=row[7],
+        groups_skipped_zero_variance=row[8],
+        groups_skipped_stale=row[9],
+        created_at=at_epoch(row[10]),
+        updated_at=at_epoch(row[11]),
+        sft_skipped=row[12],
+        sft_skip_reason=row[13],
+        scenarios_unavailable=row[14],
+        scenario_unavailable_reason=row[15],
+    )
