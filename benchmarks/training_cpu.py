@@ -33,7 +33,8 @@ from training.store import EpisodeStore  # noqa: E402
 
 
 def train_figures(workdir: Path, steps: int) -> dict[str, Any]:
-    from training.worker import WorkerConfig, train
+    from training.worker import train
+    from training.worker_config import WorkerConfig
 
     cfg = WorkerConfig(
         database_url=str(workdir / "episodes.db"), backend=BackendConfig(path=workdir / "art"), max_steps=steps

@@ -63,8 +63,9 @@ def train(
     configure_logging(settings)
     from training.backends.base import BackendError
     from training.scenarios import parse_scenario_sets
-    from training.worker import WorkerConfig, WorkerError
     from training.worker import train as run_worker
+    from training.worker_config import WorkerConfig
+    from training.worker_outcome import WorkerError
 
     try:
         sets = parse_scenario_sets(scenarios)

@@ -25,31 +25,28 @@ reward total reaches `sft_min_reward` are waiting (not yet used by this run), an
 `training_sft_episodes`, the run's SFT cursor: each episode is used once, across restarts). A
 backend without a supervised step skips them: the run records how many wait and why, no error.
 
-One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`.
-Backend errors back off exponentially (`backoff_initial_s` .. `backoff_max_s`) and give up after
-`max_backend_failures` in a row; `no_signal_patience` batches in a row without a trainable group
-stop the worker with a message saying why.
+One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`
+(`training.run_lock`). Backend errors back off exponentially (`backoff_initial_s` ..
+`backoff_max_s`) and give up after `max_backend_failures` in a row; `no_signal_patience` batches in
+a row without a trainable group stop the worker with a message saying why.
+
+What the worker is given is `training.worker_config`; how it ends (its report and stop reason, or
+an error) is `training.worker_outcome`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import math
-import os
 import random
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import structlog
 
 from training.backends.base import (
-    BackendConfig,
     BackendError,
     BackendUnavailable,
     NoTrainableData,
@@ -62,6 +59,7 @@ from training.export import sft_record
 from training.groups import Group, filter_groups, groups_from_log
 from training.judge import JudgeConfig, judge_group
 from training.rollout import next_attempt, rollout_groups
+from training.run_lock import RunLock
 from training.run_records import GroupOutcome, RunState
 from training.scenarios import (
     LOG_SET,
@@ -73,149 +71,10 @@ from training.scenarios import (
     parse_scenario_sets,
 )
 from training.store import EpisodeStore
+from training.worker_config import WorkerConfig
+from training.worker_outcome import StopReason, WorkerError, WorkerReport
 
 log = structlog.get_logger(__name__)
-
-
-class WorkerError(Exception):
-    """The worker cannot start or go on; the message says what to do."""
-
-
-class WorkerBusy(WorkerError):
-    pass
-
-
-class StopReason(StrEnum):
-    once = "once"
-    max_steps = "max_steps"
-    signal = "signal"
-    no_signal = "no_signal"
-    backend_failed = "backend_failed"
-
-
-@dataclass
-class WorkerConfig:
-    """Everything `rlide train` needs; saved with the run so every checkpoint has its hyperparameters."""
-
-    database_url: str
-    """Episode log: sqlite:///PATH or postgresql://..."""
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    """Trainer choice and its checkpoint directory."""
-    run: str = "default"
-    """Name of the training run: its cursor, history and consumed groups in the log."""
-    scenarios: str | None = "toy"
-    """Scenario sets for self-play rollouts each step, comma-separated: toy, humaneval, log (episodes of
-    the log whose reward can be re-checked, refreshed every step); None for log groups only."""
-    scenario_split: str = "train"
-    """Which split of the scenario set to practise on."""
-    group_size: int = 8
-    """Trajectories per GRPO group (rollouts per scenario, policy episodes per task)."""
-    groups_per_step: int = 4
-    """Rollout groups sampled per step."""
-    max_tokens: int = 12
-    """Longest rollout completion, in tokens."""
-    temperature: float = 1.0
-    """Sampling temperature of rollouts (1.0: logprobs are the policy's own)."""
-    max_staleness: int = 2
-    """Drop groups sampled by a policy more than this many steps older than the current one."""
-    max_steps: int | None = None
-    """Stop after this many steps in this invocation (None: no limit)."""
-    poll_interval_s: float = 10.0
-    """Daemon: wait this long when there is nothing to train."""
-    backoff_initial_s: float = 1.0
-    """First wait after a backend error; doubles per consecutive error."""
-    backoff_max_s: float = 300.0
-    """Longest wait between retries."""
-    max_backend_failures: int = 5
-    """Consecutive backend errors before the worker gives up."""
-    no_signal_patience: int = 5
-    """Consecutive batches with no trainable group before the worker stops."""
-    lock_dir: Path | None = None
-    """Where the lock file lives (default: the checkpoint directory)."""
-    plot_path: Path | None = None
-    """Rewrite this reward-per-step PNG after every step (None: no chart)."""
-    judge_model: str | None = None
-    """litellm id of an LLM judge (ART's RULER) mixed into verifier rewards; None: verifier only."""
-    judge_weight: float = 0.5
-    """Share of the judge in each reward when a judge is set."""
-    judge_params: dict[str, Any] = field(default_factory=dict)
-    """Extra litellm parameters for the judge (temperature, api_base; mock_response in tests)."""
-    sft_min_reward: float = 0.5
-    """External episodes (the IDE's own model) whose reward total reaches this are imitated by SFT steps."""
-    sft_batch: int = 8
-    """Most external episodes per SFT step; 0 turns SFT off."""
-
-    @classmethod
-    def for_home(cls, home: Path, database_url: str, *, backend: str = "cpu", **overrides: Any) -> WorkerConfig:
-        """The default layout under rlide's home: checkpoints in {home}/art, the chart in {home}/training."""
-        backend_fields = {k: overrides.pop(k) for k in list(overrides) if k in BackendConfig.__dataclass_fields__}
-        return cls(
-            database_url=database_url,
-            backend=BackendConfig(backend=backend, path=home / "art", **backend_fields),
-            plot_path=overrides.pop("plot_path", home / "training" / "reward.png"),
-            **overrides,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {k: str(v) if isinstance(v, Path) else v for k, v in data.items()}
-
-
-@dataclass
-class WorkerReport:
-    run: str
-    start_step: int
-    step: int
-    steps_trained: int = 0
-    groups_trained: int = 0
-    groups_skipped_zero_variance: int = 0
-    groups_skipped_stale: int = 0
-    rewards: list[float] = field(default_factory=list)
-    """Mean rollout/group reward of each trained step, in order."""
-    stop_reason: StopReason = StopReason.once
-    message: str = ""
-    sft_steps: int = 0
-    """Of `steps_trained`, how many were supervised steps on external episodes."""
-    sft_episodes: int = 0
-    """External episodes those SFT steps imitated."""
-    sft_skipped: int = 0
-    """External episodes ready for SFT that the backend cannot imitate (it has no supervised step)."""
-    sft_skip_reason: str | None = None
-    rollouts: int = 0
-    """Self-play trajectories sampled and scored by their verifier."""
-    scenarios_unavailable: int = 0
-    """Picked scenarios skipped because their verifier could not run."""
-    scenario_unavailable_reason: str | None = None
-    """The latest such skip: which scenario and why."""
-
-
-class RunLock:
-    """An exclusive, non-blocking `flock`; released when the process dies, however it dies."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise WorkerBusy(
-                f"another training worker (pid {holder}) holds {self.path}; stop it or pick another run"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:

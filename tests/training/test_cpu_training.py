@@ -24,7 +24,9 @@ from training.run_records import RunState  # noqa: E402
 from training.status import read_status  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 from training.toy import toy_tasks  # noqa: E402
-from training.worker import StopReason, WorkerConfig, train  # noqa: E402
+from training.worker import train  # noqa: E402
+from training.worker_config import WorkerConfig  # noqa: E402
+from training.worker_outcome import StopReason  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 
@@ -86,7 +88,8 @@ def test_sigterm_finishes_the_step_and_exits(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         from pathlib import Path
         from training.backends.base import BackendConfig
-        from training.worker import WorkerConfig, train
+        from training.worker import train
+        from training.worker_config import WorkerConfig
         cfg = WorkerConfig(database_url={str(tmp_path / "ep.db")!r},
                            backend=BackendConfig(path=Path({str(tmp_path / "art")!r})), groups_per_step=2)
         report = train(cfg, daemon=True)

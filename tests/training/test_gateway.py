@@ -17,7 +17,8 @@ from training.codec import decode_choice  # noqa: E402
 from training.gateway import Gateway, TransformersEngine  # noqa: E402
 from training.groups import groups_from_log  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
-from training.worker import WorkerConfig, train  # noqa: E402
+from training.worker import train  # noqa: E402
+from training.worker_config import WorkerConfig  # noqa: E402
 
 
 @pytest.fixture

@@ -17,11 +17,14 @@ from training_logdata import external_episode, make_choice, policy_episode  # no
 from training.backends.base import BackendConfig, BackendError, NoTrainableData, TrainResult  # noqa: E402
 from training.groups import Group, Trajectory, filter_groups, groups_from_log  # noqa: E402
 from training.records import EpisodeStatus, RewardSource  # noqa: E402
+from training.run_lock import RunLock, WorkerBusy  # noqa: E402
 from training.run_records import GroupOutcome, RunState  # noqa: E402
 from training.scenarios import Scenario, Verifier  # noqa: E402
 from training.status import read_status  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
-from training.worker import RunLock, StopReason, WorkerBusy, WorkerConfig, WorkerError, train  # noqa: E402
+from training.worker import train  # noqa: E402
+from training.worker_config import WorkerConfig  # noqa: E402
+from training.worker_outcome import StopReason, WorkerError  # noqa: E402
 
 
 class ScriptedBackend:

@@ -26,7 +26,9 @@ from training.sandbox_runner import SandboxRunner  # noqa: E402
 from training.scenarios import RunOutcome  # noqa: E402
 from training.status import read_status  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
-from training.worker import StopReason, WorkerConfig, train  # noqa: E402
+from training.worker import train  # noqa: E402
+from training.worker_config import WorkerConfig  # noqa: E402
+from training.worker_outcome import StopReason  # noqa: E402
 
 
 class WatchedSandbox(SandboxRunner):

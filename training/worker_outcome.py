@@ -1,0 +1,47 @@
+"""How a run of the training worker ends: a `WorkerReport` with its `StopReason`, or a `WorkerError`
+whose message says what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class WorkerError(Exception):
+    """The worker cannot start or go on; the message says what to do."""
+
+
+class StopReason(StrEnum):
+    once = "once"
+    max_steps = "max_steps"
+    signal = "signal"
+    no_signal = "no_signal"
+    backend_failed = "backend_failed"
+
+
+@dataclass
+class WorkerReport:
+    run: str
+    start_step: int
+    step: int
+    steps_trained: int = 0
+    groups_trained: int = 0
+    groups_skipped_zero_variance: int = 0
+    groups_skipped_stale: int = 0
+    rewards: list[float] = field(default_factory=list)
+    """Mean rollout/group reward of each trained step, in order."""
+    stop_reason: StopReason = StopReason.once
+    message: str = ""
+    sft_steps: int = 0
+    """Of `steps_trained`, how many were supervised steps on external episodes."""
+    sft_episodes: int = 0
+    """External episodes those SFT steps imitated."""
+    sft_skipped: int = 0
+    """External episodes ready for SFT that the backend cannot imitate (it has no supervised step)."""
+    sft_skip_reason: str | None = None
+    rollouts: int = 0
+    """Self-play trajectories sampled and scored by their verifier."""
+    scenarios_unavailable: int = 0
+    """Picked scenarios skipped because their verifier could not run."""
+    scenario_unavailable_reason: str | None = None
+    """The latest such skip: which scenario and why."""
