@@ -28,7 +28,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.backends.base import BackendConfig  # noqa: E402
-from training.gateway import Completion, Gateway, PriorTurn, completion_response  # noqa: E402
+from training.gateway import Gateway, completion_response  # noqa: E402
+from training.policy_engines import Completion, PriorTurn  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 
 

@@ -106,7 +106,7 @@ def eval_current_policy(
     max_tokens: int = 256,
 ) -> EvalReport:
     """pass@1 of the latest checkpoint of a cpu-backend run (wired as `rlide eval`)."""
-    from training.gateway import TransformersEngine
+    from training.policy_engines import TransformersEngine
 
     engine = TransformersEngine(backend_config)
     return evaluate(

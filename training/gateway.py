@@ -15,18 +15,16 @@ Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bear
 what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
 (`training.http_auth`, the same rule and middleware as the MCP HTTP transport).
 
-The model behind it is a `PolicyEngine`: `TransformersEngine` serves the cpu backend's checkpoints
-(the tiny model) and reloads when a newer checkpoint appears. This module imports no torch; the
-engine does, when it is built.
+The model behind it is a `PolicyEngine` (`training.policy_engines`): `TransformersEngine` serves the
+cpu backend's checkpoints (the tiny model) and reloads when a newer checkpoint appears. This module
+imports no torch; the engine does, when it is built.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from starlette.applications import Starlette
@@ -34,12 +32,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from training.backends.base import BackendConfig, checkpoint_steps
+from training.backends.base import BackendConfig
 from training.codec import CHOICE_TAG, encode_choice
 from training.db import EpisodeClosed, EpisodeNotFound
 from training.http_auth import check_bind, protect
+from training.policy_engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.redact import redact
 from training.run_records import TurnContext
 from training.store import EpisodeStore
 
@@ -47,255 +45,8 @@ MAX_TOKENS_LIMIT = 4096
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 
 
-@dataclass
-class Completion:
-    choices: list[dict[str, Any]]
-    """`Choice.model_dump()` dicts (index, message, finish_reason, logprobs)."""
-    prompt_token_ids: list[int]
-    completion_token_ids: list[list[int]]
-    checkpoint_step: int
-
-
-@dataclass
-class PriorTurn:
-    """The episode's previous turn, so a continuing conversation is fed the exact tokens sampled
-    before (token in, token out) instead of a re-tokenization of their text, which for sampled
-    text is often a different token sequence: the context ART rebuilds for training must be the
-    context the policy actually saw."""
-
-    messages: list[dict[str, Any]]
-    """The previous request's messages, as stored (redacted)."""
-    content: str | None
-    """The previous completion's text, as stored (redacted)."""
-    prompt_token_ids: list[int]
-    completion_token_ids: list[int]
-
-
-class PolicyEngine(Protocol):
-    model_id: str
-
-    @property
-    def checkpoint_step(self) -> int: ...
-
-    def refresh(self) -> int:
-        """Pick up a newer checkpoint if there is one; return the step now served."""
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        seed: int | None,
-        tools: list[dict[str, Any]] | None,
-        prior: PriorTurn | None = None,
-    ) -> Completion: ...
-
-
-class TransformersEngine:
-    """The latest checkpoint of a cpu-backend run, on transformers (the tiny model; CPU)."""
-
-    def __init__(self, config: BackendConfig, *, reload_interval_s: float = 2.0) -> None:
-        self.config = config
-        self.model_id = config.model_name
-        self.reload_interval_s = reload_interval_s
-        self._lock = threading.Lock()
-        self._step = -1
-        self._checked = 0.0
-        self._model: Any = None
-        self._tokenizer: Any = None
-        self._maybe_reload(force=True)
-
-    @property
-    def checkpoint_step(self) -> int:
-        return max(self._step, 0)
-
-    def refresh(self) -> int:
-        with self._lock:
-            self._maybe_reload()
-        return self.checkpoint_step
-
-    def _maybe_reload(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._checked < self.reload_interval_s:
-            return
-        self._checked = now
-        steps = checkpoint_steps(self.config.model_dir())
-        latest = steps[-1] if steps else 0
-        if latest == self._step and self._model is not None:
-            return
-        from training.backends.cpu import load_policy, undo_art_mask_patch
-        from training.backends.tiny import ensure_base
-
-        undo_art_mask_patch()
-        base = ensure_base(self.config.model_dir() / "base", self.config.seed)
-        adapter = self.config.checkpoint_dir(latest) if latest else None
-        self._model, self._tokenizer = load_policy(base, adapter, trainable=False)
-        self._step = latest
-
-    def continued_prompt_ids(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prior: PriorTurn
-    ) -> list[int] | None:
-        """Prompt ids that splice the previous turn's exact tokens in, or None if `messages` does not
-        continue it (then the plain chat template is used)."""
-        n = len(prior.messages)
-        if len(messages) <= n + 1 or redact(messages[:n]) != prior.messages:
-            return None
-        echoed = messages[n]
-        # The stored turn is redacted, the client echoes what it was sent: compare redacted text.
-        if echoed.get("role") != "assistant" or redact(echoed.get("content") or "") != (prior.content or ""):
-            return None
-        tok = self._tokenizer
-        head = tok.apply_chat_template(messages[: n + 1], tools=tools, tokenize=False)
-        full = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        eos = tok.eos_token
-        if not full.startswith(head) or eos not in head:
-            return None
-        after_eos = head.rsplit(eos, 1)[1]
-        completion = list(prior.completion_token_ids)
-        if not completion or completion[-1] != tok.eos_token_id:
-            completion.append(tok.eos_token_id)
-        tail = tok.encode(after_eos + full[len(head) :], add_special_tokens=False)
-        return [*prior.prompt_token_ids, *completion, *tail]
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        seed: int | None,
-        tools: list[dict[str, Any]] | None,
-        prior: PriorTurn | None = None,
-    ) -> Completion:
-        from training.backends.cpu import sample_choices
-
-        with self._lock:
-            self._maybe_reload()
-            prompt_override = self.continued_prompt_ids(messages, tools, prior) if prior is not None else None
-            choices, prompt_ids = sample_choices(
-                self._model,
-                self._tokenizer,
-                messages,
-                n=n,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=seed,
-                tools=tools,
-                prompt_ids=prompt_override,
-            )
-            step = self.checkpoint_step
-        return Completion(
-            choices=[c.model_dump(mode="json") for c in choices],
-            prompt_token_ids=list(prompt_ids),
-            completion_token_ids=[_token_ids(c) for c in choices],
-            checkpoint_step=step,
-        )
-
-
-class ProxyEngine:
-    """Forwards to an upstream OpenAI-compatible server (vLLM under ART's LocalBackend, or another
-    rlide gateway), asking for per-token logprobs with tokens as `token_id:N` (vLLM's
-    `return_tokens_as_token_ids`), so recorded turns are trainable.
-
-    Limits: the upstream chat API takes text, so a continued conversation is re-tokenized upstream
-    (`prior` is not spliced; small logprob drift on multi-turn episodes), and prompt token ids are
-    not returned. The checkpoint step is the upstream's `system_fingerprint` suffix `@N` when present.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model_id: str,
-        *,
-        upstream_model: str | None = None,
-        http_client: Any = None,
-        timeout_s: float = 600.0,
-        api_key: str | None = None,
-    ) -> None:
-        """`api_key`: sent as `Authorization: Bearer` (an upstream rlide gateway's token, vLLM's --api-key)."""
-        import httpx
-
-        self.model_id = model_id
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.upstream_model = upstream_model or model_id
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._models_url = base_url.rstrip("/") + "/models"
-        self._http = http_client or httpx.Client(timeout=timeout_s)
-        self._step = 0
-
-    @property
-    def checkpoint_step(self) -> int:
-        return self._step
-
-    def refresh(self) -> int:
-        resp = self._http.get(self._models_url, headers=self._headers)
-        resp.raise_for_status()
-        for model in resp.json().get("data") or []:
-            if model.get("id") == self.upstream_model and isinstance(model.get("checkpoint_step"), int):
-                self._step = model["checkpoint_step"]
-        return self._step
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        seed: int | None,
-        tools: list[dict[str, Any]] | None,
-        prior: PriorTurn | None = None,
-    ) -> Completion:
-        body: dict[str, Any] = {
-            "model": self.upstream_model,
-            "messages": messages,
-            "n": n,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "logprobs": True,
-            "return_tokens_as_token_ids": True,
-        }
-        if seed is not None:
-            body["seed"] = seed
-        if tools:
-            body["tools"] = tools
-        resp = self._http.post(self._url, json=body, headers=self._headers)
-        if resp.status_code >= 400:
-            raise BadRequest(f"upstream policy server answered {resp.status_code}: {resp.text[:500]}", 502)
-        data = resp.json()
-        fingerprint = str(data.get("system_fingerprint") or "")
-        if "@" in fingerprint and fingerprint.rsplit("@", 1)[1].isdigit():
-            self._step = int(fingerprint.rsplit("@", 1)[1])
-        choices = list(data.get("choices") or [])
-        ids = [
-            [
-                int(t["token"].split(":")[1])
-                for t in ((c.get("logprobs") or {}).get("content") or [])
-                if str(t.get("token", "")).startswith("token_id:")
-            ]
-            for c in choices
-        ]
-        return Completion(choices=choices, prompt_token_ids=[], completion_token_ids=ids, checkpoint_step=self._step)
-
-
-def _token_ids(choice: Any) -> list[int]:
-    """The sampled token ids of a choice whose logprob tokens are vLLM-style `token_id:N`."""
-    content = choice.logprobs.content if choice.logprobs is not None else None
-    return [int(t.token.split(":")[1]) for t in content or []]
-
-
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 def parse_request(body: Any, alias: str) -> dict[str, Any]:
@@ -524,8 +275,4 @@ def serve(
     uvicorn.run(gateway.app, host=host, port=port, log_level="warning")
 
 
-def base_url_path(episode_id: str) -> str:
-    return f"/episodes/{episode_id}/v1"
-
-
-__all__ = ["Completion", "Gateway", "PolicyEngine", "ProxyEngine", "TransformersEngine", "build_gateway", "serve"]
+__all__ = ["Gateway", "build_gateway", "serve"]

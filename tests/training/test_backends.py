@@ -45,7 +45,8 @@ def test_light_modules_import_no_heavy_packages() -> None:
     code = (
         "import sys\n"
         "import training.status, training.store, training.export, training.scenarios, training.groups,"
-        " training.worker, training.backends, training.codec, training.gateway\n"
+        " training.worker, training.backends, training.codec, training.gateway,"
+        " training.policy_engines\n"
         "heavy = ('torch', 'art', 'ray', 'transformers', 'openai', 'matplotlib')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )

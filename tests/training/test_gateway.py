@@ -14,8 +14,9 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from training.backends.base import BackendConfig  # noqa: E402
 from training.codec import decode_choice  # noqa: E402
-from training.gateway import Gateway, TransformersEngine  # noqa: E402
+from training.gateway import Gateway  # noqa: E402
 from training.groups import groups_from_log  # noqa: E402
+from training.policy_engines import TransformersEngine  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 from training.worker import train  # noqa: E402
 from training.worker_config import WorkerConfig  # noqa: E402
@@ -98,7 +99,7 @@ def test_a_redacted_turn_is_still_continued_token_in_token_out(
 ) -> None:
     """The log holds the completion redacted, the client echoes it as sent: the engine must still
     splice the exact earlier tokens instead of re-tokenizing the text."""
-    from training.gateway import PriorTurn
+    from training.policy_engines import PriorTurn
     from training.redact import redact
 
     gateway, _, _ = setup
@@ -134,7 +135,7 @@ def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]
 
 def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     """A gateway in front of another OpenAI-compatible server (here: a cpu gateway standing in for vLLM)."""
-    from training.gateway import ProxyEngine
+    from training.policy_engines import ProxyEngine
 
     upstream, upstream_http, config = setup
     proxy = Gateway(ProxyEngine("http://testserver/v1", "student", http_client=upstream_http), upstream.store)

@@ -151,7 +151,7 @@ class CannedEngine:
         tools: list[dict[str, Any]] | None,
         prior: Any = None,
     ) -> Any:
-        from training.gateway import Completion
+        from training.policy_engines import Completion
 
         self.calls.append((messages, prior))
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces)}
