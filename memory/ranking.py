@@ -1,4 +1,4 @@
-"""Rank fusion and path-glob matching, shared by the stores and by memory.search."""
+"""Rank fusion, top-k selection and path-glob matching, shared by the stores and by memory.search."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
 
 from memory.stores.base import Hit
 
@@ -25,6 +28,27 @@ def rrf(
             first.setdefault(hit.chunk_id, hit)
     best = sorted(scores, key=lambda cid: -scores[cid])[:k]
     return [replace(first[cid], score=scores[cid]) for cid in best]
+
+
+def top_k(scores: npt.NDArray[np.floating], k: int) -> npt.NDArray[np.intp]:
+    """Indices of the `k` largest `scores`, best first, equal scores in index order. Exact.
+
+    np.argpartition over 58k scores took 1.3 ms here, a third of a dense query. The `k`-th
+    largest of a strided sample is a lower bound on the `k`-th largest overall (the sample's `k`
+    values are scores too), so every top-`k` score is at least that bound: one comparison pass
+    finds a few hundred candidates, and only those are sorted (0.06 ms)."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, np.intp)
+    stride = len(scores) // (64 * k)
+    if stride >= 2:
+        sample = scores[::stride]
+        bound = np.partition(sample, len(sample) - k)[len(sample) - k]
+        candidates = np.flatnonzero(scores >= bound)
+    else:
+        candidates = np.arange(len(scores))
+    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    return candidates[order]
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from memory.ranking import top_k
+
 K1 = 1.2
 B = 0.75
 LOG_BOUNDS = "SELECT (SELECT min(seq) FROM {table}), (SELECT max(seq) FROM {table})"
@@ -101,9 +103,8 @@ class KeywordIndex:
                 idf = idf if idf > 0 else 1e-6
                 norm = K1 * (1 - B + B * self._lengths[rows] / avgdl)
                 scores[rows] += idf * freq * (K1 + 1) / (freq + norm)
-            hits = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
-            hits = hits[scores[hits] > 0]
-            hits = hits[np.lexsort((hits, -scores[hits]))]
+            matched = np.flatnonzero(scores > 0)
+            hits = matched[top_k(scores[matched], k)]
             return [(int(row), float(scores[row])) for row in hits]
 
     def document_frequencies(self, db: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:

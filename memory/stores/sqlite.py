@@ -21,7 +21,7 @@ import numpy.typing as npt
 import structlog
 
 from memory.errors import StoreBusyError, StoreError
-from memory.ranking import glob_match, rrf
+from memory.ranking import glob_match, rrf, top_k
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
 
@@ -416,21 +416,22 @@ class SQLiteStore:
         if not len(index.ids):
             return []
         scores = np.asarray(vector, np.float32) @ index.columns
+        rows = np.arange(len(scores))
         if filters.path_glob or filters.language:
-            mask = np.fromiter(
-                (
-                    (not filters.language or lang == filters.language)
-                    and (not filters.path_glob or glob_match(filters.path_glob, path))
-                    for path, lang in zip(index.paths, index.languages, strict=True)
-                ),
-                bool,
-                count=len(index.ids),
+            rows = np.flatnonzero(
+                np.fromiter(
+                    (
+                        (not filters.language or lang == filters.language)
+                        and (not filters.path_glob or glob_match(filters.path_glob, path))
+                        for path, lang in zip(index.paths, index.languages, strict=True)
+                    ),
+                    bool,
+                    count=len(index.ids),
+                )
             )
-            scores = np.where(mask, scores, -np.inf)
-        depth = min(depth, len(scores))
-        top = np.argpartition(-scores, depth - 1)[:depth]
-        top = top[np.argsort(-scores[top])]
-        return [(int(index.ids[i]), float(scores[i])) for i in top if np.isfinite(scores[i])]
+            scores = scores[rows]
+        top = top_k(scores, depth)
+        return [(int(index.ids[rows[i]]), float(scores[i])) for i in top]
 
     def vector_search(self, vector: FloatArray, k: int, filters: Filters) -> list[Hit]:
         return self._hits(self._vector_scores(vector, k, filters))
