@@ -37,6 +37,7 @@ from training.codec import CHOICE_TAG, encode_choice
 from training.db import EpisodeClosed, EpisodeNotFound
 from training.http_auth import check_bind, protect
 from training.policy_engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
+from training.policy_turns import RedactedRequest
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import TurnContext
 from training.store import EpisodeStore
@@ -110,17 +111,18 @@ def completion_response(alias: str, completion: Completion, want_logprobs: bool)
     }
 
 
-def _prior_turn(context: TurnContext) -> PriorTurn | None:
-    """The episode's last turn as the engine continues it, if it has token ids."""
+def _prior_turn(context: TurnContext, messages: list[dict[str, Any]]) -> PriorTurn | None:
+    """The episode's last turn, if it has token ids and `messages` (redacted) continue it."""
     if context.last_prompt_token_ids is None or context.last_completion_token_ids is None:
         return None
     message = ((context.last_choice or {}).get(CHOICE_TAG) or {}).get("message") or {}
-    return PriorTurn(
+    prior = PriorTurn(
         messages=list((context.last_request or {}).get("messages") or []),
         content=message.get("content"),
         prompt_token_ids=context.last_prompt_token_ids,
         completion_token_ids=context.last_completion_token_ids,
     )
+    return prior if prior.continued_by(messages) else None
 
 
 class Gateway:
@@ -193,17 +195,22 @@ class Gateway:
             raise BadRequest(
                 f"episode {episode_id} has ended ({context.status.value}); POST /episodes for a new one", 409
             )
-        completion = self.engine.complete(**args, prior=_prior_turn(context))
+        # Redacted once: the conversation is compared with the stored (redacted) last turn, and the
+        # same value is what the log stores; the engine samples from the messages as sent.
+        request = RedactedRequest.of(
+            {
+                "messages": args["messages"],
+                "tools": args["tools"],
+                "params": {k: args[k] for k in ("max_tokens", "temperature", "seed")},
+            }
+        )
+        completion = self.engine.complete(**args, prior=_prior_turn(context, request.data["messages"]))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
         self.store.turns.add_policy_turn(
             episode_id,
             model=f"{self.alias}@{completion.checkpoint_step}",
-            request={
-                "messages": args["messages"],
-                "tools": args["tools"],
-                "params": {k: args[k] for k in ("max_tokens", "temperature", "seed")},
-            },
+            request=request,
             choice=encode_choice(completion.choices[0]),
             checkpoint_step=completion.checkpoint_step,
             prompt_token_ids=completion.prompt_token_ids or None,

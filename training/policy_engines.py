@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from training.backends.base import BackendConfig, checkpoint_steps
-from training.redact import redact
 
 
 class BadRequest(Exception):
@@ -49,6 +48,16 @@ class PriorTurn:
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
 
+    def continued_by(self, messages: list[dict[str, Any]]) -> bool:
+        """Whether `messages`, redacted, are this turn's messages, its completion as an assistant
+        message, then more. The caller redacts them: the stored turn is redacted, the client echoes
+        what it was sent, so only redacted text compares."""
+        n = len(self.messages)
+        if len(messages) <= n + 1 or messages[:n] != self.messages:
+            return False
+        echoed = messages[n]
+        return echoed.get("role") == "assistant" and (echoed.get("content") or "") == (self.content or "")
+
 
 class PolicyEngine(Protocol):
     model_id: str
@@ -69,7 +78,9 @@ class PolicyEngine(Protocol):
         seed: int | None,
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
-    ) -> Completion: ...
+    ) -> Completion:
+        """`prior`: the episode's previous turn, given only when `messages` continue it
+        (`PriorTurn.continued_by`)."""
 
 
 class TransformersEngine:
@@ -116,15 +127,11 @@ class TransformersEngine:
     def continued_prompt_ids(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prior: PriorTurn
     ) -> list[int] | None:
-        """Prompt ids that splice the previous turn's exact tokens in, or None if `messages` does not
-        continue it (then the plain chat template is used)."""
+        """Prompt ids that splice the previous turn's exact tokens in, or None if the chat template
+        does not render `messages` as a continuation of it (then the plain chat template is used).
+        `messages` continue `prior` (`PriorTurn.continued_by`): checked by the caller, which has
+        the redacted messages already."""
         n = len(prior.messages)
-        if len(messages) <= n + 1 or redact(messages[:n]) != prior.messages:
-            return None
-        echoed = messages[n]
-        # The stored turn is redacted, the client echoes what it was sent: compare redacted text.
-        if echoed.get("role") != "assistant" or redact(echoed.get("content") or "") != (prior.content or ""):
-            return None
         tok = self._tokenizer
         head = tok.apply_chat_template(messages[: n + 1], tools=tools, tokenize=False)
         full = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from training.codec import CHOICE_TAG
@@ -68,6 +69,19 @@ def redact_choice(choice: dict[str, Any]) -> dict[str, Any]:
     return {**choice, CHOICE_TAG: out}
 
 
+@dataclass(frozen=True)
+class RedactedRequest:
+    """A policy turn's chat request with its secrets redacted, as the log stores it. The policy
+    endpoint needs the redacted conversation before it samples (to tell whether it continues the
+    stored last turn), so it redacts once with `of` and records this value as it is."""
+
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, request: dict[str, Any]) -> RedactedRequest:
+        return cls(redact(request))
+
+
 class PolicyTurns:
     """Table `policy_turns`, over a database `EpisodeStore` has migrated."""
 
@@ -79,17 +93,19 @@ class PolicyTurns:
         episode_id: str,
         *,
         model: str,
-        request: dict[str, Any],
+        request: dict[str, Any] | RedactedRequest,
         choice: dict[str, Any],
         checkpoint_step: int | None = None,
         prompt_token_ids: list[int] | None = None,
         completion_token_ids: list[int] | None = None,
     ) -> int:
         """Record one completion sampled from the policy. `choice` is `training.codec.encode_choice`
-        output; the request and the choice's text are redacted, its token ids and logprobs kept
-        exactly (`redact_choice` says why and what that means), as are the token id columns."""
+        output; the request (unless it comes redacted already) and the choice's text are redacted,
+        its token ids and logprobs kept exactly (`redact_choice` says why and what that means), as
+        are the token id columns."""
         now = time.time()
-        request_json, choice_json = json_text(redact(request)), json_text(redact_choice(choice))
+        clean = request if isinstance(request, RedactedRequest) else RedactedRequest.of(request)
+        request_json, choice_json = json_text(clean.data), json_text(redact_choice(choice))
         with self.db.transaction(write=True) as cur:
             cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
             row = cur.execute(

@@ -97,8 +97,9 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
 def test_a_redacted_turn_is_still_continued_token_in_token_out(
     setup: tuple[Gateway, TestClient, BackendConfig],
 ) -> None:
-    """The log holds the completion redacted, the client echoes it as sent: the engine must still
-    splice the exact earlier tokens instead of re-tokenizing the text."""
+    """The log holds the completion redacted, the client echoes it as sent: the conversation still
+    continues the stored turn, and the engine splices the exact earlier tokens instead of
+    re-tokenizing the text."""
     from training.policy_engines import PriorTurn
     from training.redact import redact
 
@@ -112,10 +113,12 @@ def test_a_redacted_turn_is_still_continued_token_in_token_out(
     )
     assert prior.content == "deploy with [REDACTED:aws_access_key]"
     follow = [*first, {"role": "assistant", "content": said}, {"role": "user", "content": "thanks"}]
+    assert prior.continued_by(redact(follow))
     ids = engine.continued_prompt_ids(follow, None, prior)
     assert ids is not None and ids[:5] == [5, 6, 7, 8, 9]
     other = [*first, {"role": "assistant", "content": "something else"}, {"role": "user", "content": "thanks"}]
-    assert engine.continued_prompt_ids(other, None, prior) is None
+    assert not prior.continued_by(redact(other))
+    assert not prior.continued_by(redact(follow[:2]))  # nothing after the echoed answer
 
 
 def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:

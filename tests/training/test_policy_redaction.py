@@ -17,7 +17,7 @@ from training_logdata import CannedEngine, make_choice
 
 from training.codec import CHOICE_TAG, decode_choice, encode_choice
 from training.gateway import Gateway
-from training.policy_turns import redact_choice
+from training.policy_turns import RedactedRequest, redact_choice
 from training.store import EpisodeStore
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -82,9 +82,23 @@ def test_secrets_in_prompt_and_completion_never_reach_the_log(tmp_path: Path) ->
     prior = engine.calls[-1][1]
     assert prior is not None and prior.completion_token_ids == [501, 502, 503, 504, 505]
     assert prior.prompt_token_ids == engine.prompt_token_ids
+    # An answer the policy did not give is no continuation: nothing to splice.
+    other = [*follow, {"role": "assistant", "content": "something else"}, {"role": "user", "content": "ok"}]
+    assert http.post(url, json={"model": "student", "messages": other}).status_code == 200
+    assert engine.calls[-1][1] is None
     for secret in SECRETS:
         assert secret not in _raw_rows(db), secret
     store.close()
+
+
+def test_a_request_redacted_by_the_caller_is_stored_as_the_store_would_redact_it(store: EpisodeStore) -> None:
+    request = {"messages": [{"role": "user", "content": f"The repo token is {GITHUB_TOKEN}."}], "tools": None}
+    choice = {CHOICE_TAG: {"message": {"role": "assistant", "content": "ok"}}}
+    episode = store.start_episode("t")
+    for given in (request, RedactedRequest.of(request)):
+        store.turns.add_policy_turn(episode.id, model="student", request=given, choice=choice)
+    by_store, by_caller = store.turns.policy_turns(episode.id)
+    assert by_caller.request == by_store.request and GITHUB_TOKEN not in json.dumps(by_caller.request)
 
 
 def test_a_turn_without_secrets_is_stored_exactly(store: EpisodeStore) -> None:
