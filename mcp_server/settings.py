@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         "int8-matmul",
         description="MiniLM graph: int8-matmul (prepared once per machine, ~2x faster) or shipped (as packaged).",
     )
+    memory_dense_exact_up_to: int | None = Field(
+        None,
+        ge=0,
+        description="Dense search scores every vector up to this many chunks (default 20000); above, it "
+        "prefilters on 128 principal components and re-scores the best 40 per result exactly.",
+    )
     turbopuffer_api_key: SecretStr | None = None
     turbopuffer_region: str | None = None
     embeddings_base_url: str = "https://api.openai.com/v1"

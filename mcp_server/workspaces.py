@@ -48,6 +48,7 @@ def memory_config(settings: Settings, root: Path, *, watch: bool = False) -> Mem
         store=settings.memory_store,
         embedder=settings.memory_embedder,
         minilm_variant=settings.memory_minilm_variant,
+        dense_exact_up_to=settings.memory_dense_exact_up_to,
         data_dir=settings.home / "memory",
         turbopuffer_api_key=settings.turbopuffer_api_key,
         turbopuffer_region=settings.turbopuffer_region,

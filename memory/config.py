@@ -46,6 +46,7 @@ class MemoryConfig(BaseModel):
     turbopuffer_region: str | None = None
     turbopuffer_base_url: str | None = None
     turbopuffer_namespace_prefix: str = "rlide"
+    dense_exact_up_to: int | None = None  # None: memory.stores.vector_index.EXACT_UP_TO
     watch: bool = False
     poll_interval_s: float = 2.0
 
@@ -90,8 +91,12 @@ def build_stores(config: MemoryConfig, model_id: str, dim: int, *, http_client: 
         from memory.stores.sqlite import SQLiteStore
 
         return (
-            SQLiteStore(config.resolved_index_path(), model_id=model_id, dim=dim),
-            SQLiteStore(config.resolved_solutions_path(), model_id=model_id, dim=dim),
+            SQLiteStore(
+                config.resolved_index_path(), model_id=model_id, dim=dim, exact_up_to=config.dense_exact_up_to
+            ),
+            SQLiteStore(
+                config.resolved_solutions_path(), model_id=model_id, dim=dim, exact_up_to=config.dense_exact_up_to
+            ),
         )
     try:
         from memory.stores.turbopuffer import TurbopufferStore, make_client

@@ -32,24 +32,29 @@ def rrf(
 
 
 def top_k(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
-    """Indices of the `k` largest `scores`, best first, equal scores in index order. Exact.
+    """Indices of the `k` largest `scores`, best first, equal scores in index order. Exact."""
+    candidates = top_k_candidates(scores, k)
+    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    return cast(npt.NDArray[np.intp], candidates[order])
+
+
+def top_k_candidates(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+    """Indices, ascending, of a few more than the `k` largest `scores`: every score at least as
+    high as the `k`-th largest is among them.
 
     np.argpartition over 58k scores took 1.3 ms here, a third of a dense query. The `k`-th
     largest of a strided sample is a lower bound on the `k`-th largest overall (the sample's `k`
     values are scores too), so every top-`k` score is at least that bound: one comparison pass
-    finds a few hundred candidates, and only those are sorted (0.06 ms)."""
+    finds them and a few hundred others (0.06 ms for k=10)."""
     k = min(k, len(scores))
     if k <= 0:
         return np.zeros(0, np.intp)
+    if k == len(scores):
+        return np.arange(len(scores))
     stride = len(scores) // (64 * k)
-    if stride >= 2:
-        sample = scores[::stride]
-        bound = np.partition(sample, len(sample) - k)[len(sample) - k]
-        candidates = np.flatnonzero(scores >= bound)
-    else:
-        candidates = np.arange(len(scores))
-    order = np.lexsort((candidates, -scores[candidates]))[:k]
-    return cast(npt.NDArray[np.intp], candidates[order])
+    sample = scores[::stride] if stride >= 2 else scores
+    bound = np.partition(sample, len(sample) - k)[len(sample) - k]
+    return np.flatnonzero(scores >= bound)
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,0 +1,154 @@
+"""The SQLite store's in-memory vectors: one matrix per process, scored with numpy.
+
+Up to `EXACT_UP_TO` vectors every query scores every vector. Above it a query first scores all of
+them on their leading principal components (those holding `PREFILTER_VARIANCE` of the variance),
+then re-scores the best `PREFILTER_FACTOR * depth` exactly and returns the best of those, with
+exact scores. Vectors whose variance is spread evenly (more than half the components needed) are
+always scanned exactly: a prefilter would read nearly as much and miss more.
+
+Measured on the Python standard library (57,803 real MiniLM vectors, 525 queries; see
+docs/search.md): 129 of 384 components hold 84% of the variance; the prefilter returned the same
+top 10, in the same order, as the exact scan for every query, in 2.2 ms against 3.8 ms. The exact
+scan reads 89 MB per query and is bound by memory bandwidth; the prefilter reads 30 MB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memory.ranking import top_k, top_k_candidates
+
+Matrix = npt.NDArray[np.float32]
+
+EXACT_UP_TO = 20_000
+"""Above this many vectors dense search prefilters on principal components. At 20k the exact scan
+takes about 1.2 ms, and a prefilter would save under a millisecond."""
+PREFILTER_VARIANCE = 0.84
+PREFILTER_FACTOR = 10
+"""Candidates re-scored exactly per result wanted, at least (`top_k_candidates` takes all above a
+sampled bound: about 900 at 58k vectors). Factors 5 to 40 all gave the exact lists above."""
+FIT_SAMPLE = 20_000  # vectors the components are computed from: 0.1 s, and as good as all of them
+REFIT_GROWTH = 2.0  # refit once the index has doubled since the last fit
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The principal components of a set of vectors: `reduce` maps columns onto the first few."""
+
+    mean: Matrix  # (dim,)
+    basis: Matrix  # (dim, dims), orthonormal columns, largest variance first
+
+    @classmethod
+    def fit(cls, columns: Matrix) -> Projection | None:
+        """The fewest leading components that hold `PREFILTER_VARIANCE` of the variance, or None
+        when that takes more than half of them."""
+        dim, n = columns.shape
+        rng = np.random.default_rng(0)  # the same index gives the same components, so the same results
+        sample = columns[:, np.sort(rng.choice(n, FIT_SAMPLE, replace=False))] if n > FIT_SAMPLE else columns
+        mean = sample.mean(axis=1, dtype=np.float64)
+        centred = sample - mean[:, None]
+        variances, vectors = np.linalg.eigh(centred @ centred.T)
+        order = np.argsort(variances)[::-1]
+        held = np.cumsum(variances[order]) / variances.sum()
+        dims = int(np.searchsorted(held, PREFILTER_VARIANCE)) + 1
+        if dims > dim // 2:
+            return None
+        basis = vectors[:, order[:dims]]
+        return cls(mean.astype(np.float32), np.ascontiguousarray(basis, np.float32))
+
+    def reduce(self, columns: Matrix) -> Matrix:
+        """(dims, n), C order: scored like the full matrix (see `VectorIndex.columns`)."""
+        return np.ascontiguousarray(self.basis.T @ (columns - self.mean[:, None]), np.float32)
+
+
+class VectorIndex:
+    """This process's copy of the vectors: rowids, matrix, and per-row path/language for filters.
+
+    Scanned exactly, the matrix is stored one vector per column (`columns`, dim x n, C order):
+    `query @ columns` scored 58k x 384 in 3.5 ms where `rows @ query` took 5.9 ms (OpenBLAS's two
+    sgemv kernels). With a prefilter only the reduced matrix is scanned, and the full vectors are
+    read just for the candidates: stored one per row (`rows`, n x dim), those 400 vectors are
+    contiguous (0.05 ms where gathering 400 columns took 0.8 ms). One of the two is set.
+
+    A snapshot is never changed: `replaced` builds the next one, so a search running in another
+    thread keeps a consistent view."""
+
+    def __init__(self, dim: int, *, exact_up_to: int = EXACT_UP_TO) -> None:
+        self.ids = np.zeros(0, np.int64)
+        self.columns: Matrix | None = np.zeros((dim, 0), np.float32)
+        self.rows: Matrix | None = None
+        self.paths: list[str] = []
+        self.languages: list[str] = []
+        self.version: tuple[int, int] = (-1, -1)
+        self.seq = -1  # last vector_log entry applied; -1: never loaded
+        self.dim = dim
+        self.exact_up_to = exact_up_to
+        self.projection: Projection | None = None
+        self.reduced: Matrix | None = None  # projection.reduce(all vectors), when prefiltering
+        self.fitted_on_rows = 0  # size at the last fit (found a projection or not); 0: none yet
+
+    def vectors(self, kept: npt.NDArray[np.intp] | None = None) -> Matrix:
+        """The vectors (all, or those at `kept`) one per column, as a view where possible."""
+        if self.rows is not None:
+            return self.rows.T if kept is None else self.rows[kept].T
+        assert self.columns is not None
+        return self.columns if kept is None else self.columns[:, kept]
+
+    def replaced(
+        self, keep: npt.NDArray[np.bool_], ids: list[int], vecs: list[bytes], paths: list[str], langs: list[str]
+    ) -> VectorIndex:
+        """The next snapshot: the rows where `keep` is true, then the new ones."""
+        new = np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), self.dim)
+        out = VectorIndex(self.dim, exact_up_to=self.exact_up_to)
+        kept = np.flatnonzero(keep)
+        unchanged = len(kept) == len(self.ids)  # the common case after an edit elsewhere: appends only
+        out.ids = np.concatenate([self.ids[kept], np.asarray(ids, np.int64)])
+        out.paths = (self.paths if unchanged else [self.paths[i] for i in kept]) + paths
+        out.languages = (self.languages if unchanged else [self.languages[i] for i in kept]) + langs
+        old = self.vectors(None if unchanged else kept)
+        if len(out.ids) > self.exact_up_to:
+            if self.fitted_on_rows and len(out.ids) < REFIT_GROWTH * self.fitted_on_rows:
+                out.fitted_on_rows, out.projection = self.fitted_on_rows, self.projection
+                if self.projection is not None and self.reduced is not None:
+                    reduced = self.reduced if unchanged else self.reduced[:, kept]
+                    out.reduced = np.concatenate([reduced, self.projection.reduce(new.T)], axis=1)
+            else:
+                out.fitted_on_rows = len(out.ids)
+                out.projection = Projection.fit(np.concatenate([old, new.T], axis=1))
+        if out.projection is None:
+            out.columns = np.concatenate([old, new.T], axis=1)
+            return out
+        out.columns = None
+        out.rows = np.concatenate([old.T, new])
+        if out.reduced is None:
+            out.reduced = out.projection.reduce(out.rows.T)
+        return out
+
+    def search(
+        self, vector: npt.NDArray[Any], depth: int, among: npt.NDArray[np.intp] | None = None
+    ) -> list[tuple[int, float]]:
+        """The best `depth` (rowid, cosine) among the vectors at `among` (default: all), best first."""
+        query = np.asarray(vector, np.float32)
+        wanted = PREFILTER_FACTOR * depth
+        size = len(self.ids) if among is None else len(among)
+        if self.projection is None or self.reduced is None or wanted * 8 > size:
+            if self.rows is not None and among is not None:  # a small subset: gather it
+                scores = self.rows[among] @ query
+            else:
+                scores = query @ self.vectors()
+                scores = scores if among is None else scores[among]
+            best = top_k(scores, depth)
+            chosen = best if among is None else among[best]
+            return [(int(self.ids[i]), float(scores[j])) for i, j in zip(chosen, best, strict=True)]
+        assert self.rows is not None
+        # q.c = q.(c - mean) + q.mean, and the second term is the same for every c: rank by the
+        # first, with c - mean on its principal components (`reduced`) and q projected onto them.
+        rough = (query @ self.projection.basis) @ self.reduced
+        candidates = top_k_candidates(rough, wanted) if among is None else among[top_k_candidates(rough[among], wanted)]
+        exact = self.rows[candidates] @ query
+        best = top_k(exact, depth)
+        return [(int(self.ids[candidates[j]]), float(exact[j])) for j in best]
