@@ -38,20 +38,29 @@ def fresh_sandbox() -> Iterator[BwrapSandbox]:
     sb.close()
 
 
-def sandbox_uid_pids() -> list[int]:
-    """Host pids running as any sandbox uid: must be empty between runs."""
+PF_EXITING = 0x4  # kernel task flag: the task is in do_exit() and runs no more user code
+SIGKILL_BIT = 1 << (9 - 1)
+
+
+def live_sandbox_uid_pids() -> list[int]:
+    """Host pids running as any sandbox uid that are neither dead nor dying: must be empty between
+    runs. A run's child that the server killed as it exited may still be in the kernel's teardown
+    (SIGKILL pending, or exiting) for a millisecond after the answer: it runs no user code."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status") as fh:
-                for line in fh:
-                    if line.startswith("Uid:"):
-                        uid = int(line.split()[1])
-                        if UID_BASE <= uid < UID_BASE + UID_COUNT:
-                            found.append(int(name))
-                        break
-        except OSError:
+                status = dict(line.split(":", 1) for line in fh if ":" in line)
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
+        if not UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
+            continue
+        pending = int(status.get("SigPnd", "0").strip(), 16) | int(status.get("ShdPnd", "0").strip(), 16)
+        dying = fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING or pending & SIGKILL_BIT
+        if not dying:
+            found.append(int(name))
     return found

@@ -16,7 +16,7 @@ import pytest
 
 from envpool.sandbox.base import RunRequest, RunResult, RunStatus
 from envpool.sandbox.bwrap import BwrapConfig, BwrapSandbox
-from tests.envpool.conftest import requires_bwrap, sandbox_uid_pids
+from tests.envpool.conftest import requires_bwrap, live_sandbox_uid_pids
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
 
@@ -24,7 +24,7 @@ pytestmark = [requires_bwrap, pytest.mark.anyio]
 async def run(sb: BwrapSandbox, code: str, bound_s: float = 20.0, **kw: object) -> RunResult:
     with anyio.fail_after(bound_s):
         result = await anyio.to_thread.run_sync(sb.run, RunRequest(code=textwrap.dedent(code), **kw))
-    assert sandbox_uid_pids() == [], "processes of a sandbox uid survived the run"
+    assert live_sandbox_uid_pids() == [], "processes of a sandbox uid survived the run"
     return result
 
 
@@ -157,7 +157,7 @@ async def test_shell_fork_bomb(sandbox: BwrapSandbox) -> None:
     with anyio.fail_after(20):
         result = await anyio.to_thread.run_sync(sandbox.run, req)
     assert result.status in (RunStatus.TIMEOUT, RunStatus.ERROR, RunStatus.OK)
-    assert sandbox_uid_pids() == []
+    assert live_sandbox_uid_pids() == []
     await assert_still_serving(sandbox)
 
 
@@ -258,6 +258,23 @@ async def test_leftover_processes_are_killed(sandbox: BwrapSandbox) -> None:
     assert result.status is RunStatus.OK and result.stdout == "parent done\n"
 
 
+async def test_a_finished_runs_process_is_gone_before_the_next_run(sandbox: BwrapSandbox) -> None:
+    # The server answers as soon as a Python run reports its exit code, while the kernel still
+    # tears the child down; it must be reaped before the next program starts. Threads that are
+    # still running when the program ends (daemon threads) die with it.
+    code = """
+        import os, threading, time
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        print(os.getpid())
+    """
+    first = await run(sandbox, code)
+    pid = int(first.stdout)
+    second = await run(sandbox, f"import os; print(os.path.exists('/proc/{pid}'), os.getpid() != {pid})")
+    assert first.status is RunStatus.OK and second.stdout == "False True\n"
+    failed = await run(sandbox, "import sys; sys.exit(3)")
+    assert failed.status is RunStatus.ERROR and failed.exit_code == 3  # the reported code is the result's
+
+
 async def test_namespaces_and_ptrace_are_denied_threads_still_work(sandbox: BwrapSandbox) -> None:
     code = """
         import ctypes, subprocess, threading
@@ -309,7 +326,7 @@ async def test_async_cancellation_kills_the_run(sandbox: BwrapSandbox) -> None:
     with anyio.fail_after(10):
         with anyio.move_on_after(0.3):
             await run_async(sandbox, RunRequest(code="import time; time.sleep(60)", timeout_s=120))
-        while sandbox_uid_pids():  # the run is killed, not left to its 120 s timeout
+        while live_sandbox_uid_pids():  # the run is killed, not left to its 120 s timeout
             await anyio.sleep(0.02)
         result = await run_async(sandbox, RunRequest(code="print('next')"))
     assert result.stdout == "next\n"
@@ -349,7 +366,7 @@ async def test_server_death_is_a_sandbox_error_and_recovers() -> None:
                 req = RunRequest(code="import time; time.sleep(30)", timeout_s=60)
                 result = await anyio.to_thread.run_sync(sb.run, req)
         assert result.status is RunStatus.SANDBOX_ERROR and "server" in result.detail
-        assert sandbox_uid_pids() == []  # the namespace died with its server
+        assert live_sandbox_uid_pids() == []  # the namespace died with its server
         await assert_still_serving(sb)
     finally:
         sb.close()

@@ -19,7 +19,7 @@ from envpool.env import CodingEnv, decode_bytes, encode_bytes
 from envpool.pool import EnvPool, PoolState, WorkerDied
 from envpool.sandbox.base import RunRequest, RunStatus, TestRunRequest
 from envpool.tasks import CodingTask, load_humaneval
-from tests.envpool.conftest import requires_bwrap, sandbox_uid_pids
+from tests.envpool.conftest import requires_bwrap, live_sandbox_uid_pids
 
 pytestmark = [requires_bwrap]
 TASKS = {t.task_id: t for t in load_humaneval()}
@@ -79,7 +79,7 @@ async def test_async_run_and_cancellation_kills_the_run() -> None:
             with anyio.move_on_after(0.5):
                 await p.run(RunRequest(code="import time; time.sleep(60)", timeout_s=120))
             # The cancelled run is killed in its sandbox, not left to time out.
-            while sandbox_uid_pids():
+            while live_sandbox_uid_pids():
                 await anyio.sleep(0.02)
             results = await p.run_many([RunRequest(code=f"print({i})") for i in range(10)])
             assert [r.stdout for r in results] == [f"{i}\n" for i in range(10)]
