@@ -16,7 +16,7 @@ import pytest
 
 from envpool.sandbox.base import RunRequest, RunResult, RunStatus
 from envpool.sandbox.bwrap import BwrapConfig, BwrapSandbox
-from tests.envpool.conftest import requires_bwrap, live_sandbox_uid_pids
+from tests.envpool.conftest import live_sandbox_uid_pids, requires_bwrap
 
 pytestmark = [requires_bwrap, pytest.mark.anyio]
 

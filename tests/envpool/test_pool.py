@@ -19,7 +19,7 @@ from envpool.env import CodingEnv, decode_bytes, encode_bytes
 from envpool.pool import EnvPool, PoolState, WorkerDied
 from envpool.sandbox.base import RunRequest, RunStatus, TestRunRequest
 from envpool.tasks import CodingTask, load_humaneval
-from tests.envpool.conftest import requires_bwrap, live_sandbox_uid_pids
+from tests.envpool.conftest import live_sandbox_uid_pids, requires_bwrap
 
 pytestmark = [requires_bwrap]
 TASKS = {t.task_id: t for t in load_humaneval()}
