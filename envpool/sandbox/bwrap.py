@@ -140,7 +140,7 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--uid", str(uid if uid is not None else -1),
             "--gid", str(uid if uid is not None else -1),
             "--ws-root", WORKSPACE,
-            "--sweep", sweep,
+            "--sweep", sweep, "--own-pidns", "1",
             "--once", "1" if once else "0",
         ]  # fmt: skip
         return argv

@@ -85,7 +85,7 @@ class DockerSandbox(PooledForkServerSandbox):
             "--workdir", "/ws", c.image,
             c.python, "-I", "-S", "/opt/rlide/forkserver.py",
             "--uid", str(uid), "--gid", str(uid), "--ws-root", "/ws",
-            "--sweep", "uid", "--once", "1" if once else "0",
+            "--sweep", "uid", "--own-pidns", "1", "--once", "1" if once else "0",
         ]  # fmt: skip
         return argv
 

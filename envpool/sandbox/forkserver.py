@@ -67,14 +67,6 @@ PREIMPORT = (
 TOOLS_SITE = "/opt/tools-site"
 
 
-def in_nested_pid_namespace() -> bool:
-    """True inside a PID namespace other than the host's: /proc's `NSpid` lists one pid per level."""
-    for line in read_proc("/proc/self/status").splitlines():
-        if line.startswith(b"NSpid:"):
-            return len(line.split()) > 2
-    return False
-
-
 def read_proc(path: str) -> bytes:
     """A /proc file's first 64 KiB (enough for a status file, or a children list to compare)."""
     fd = os.open(path, os.O_RDONLY)
@@ -211,7 +203,7 @@ class PythonProgram:
 
 
 class Server:
-    def __init__(self, uid: int, gid: int, ws_root: str, sweep: str) -> None:
+    def __init__(self, uid: int, gid: int, ws_root: str, sweep: str, *, own_pidns: bool = False) -> None:
         self.uid, self.gid = uid, gid
         self.ws_root = ws_root
         self.sweep_mode = sweep  # "uid" | "pidns" | "pgroup"
@@ -224,7 +216,7 @@ class Server:
         self.exiting: int | None = None  # pidfd of the last run's child while the kernel tears it down
         # Answering on the child's report means scanning /proc for what it left (see sweep): cheap
         # in a sandbox's own PID namespace, ~5 ms over a whole host's processes (unsafe-local).
-        self.answer_on_report = in_nested_pid_namespace()
+        self.answer_on_report = own_pidns
 
     # ---- child side -------------------------------------------------------------------------
     def child(self, ws: str, fds: tuple[int, int, int], control: int, status: int) -> None:
@@ -647,6 +639,7 @@ def main(argv: list[str]) -> None:
         gid=int(args.get("--gid", "-1")),
         ws_root=args["--ws-root"],
         sweep=args.get("--sweep", "uid"),
+        own_pidns=args.get("--own-pidns") == "1",  # the backend started us in a PID namespace of our own
     )
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

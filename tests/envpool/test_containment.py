@@ -275,6 +275,20 @@ async def test_a_finished_runs_process_is_gone_before_the_next_run(sandbox: Bwra
     assert failed.status is RunStatus.ERROR and failed.exit_code == 3  # the reported code is the result's
 
 
+async def test_a_program_that_reports_its_own_exit_ends_its_run(sandbox: BwrapSandbox) -> None:
+    # The report is the child's to write, so the program can write it too: that ends its run with
+    # that code at once, as os._exit would. It gains nothing: it is killed, its code is its own.
+    code = """
+        import os, struct, time
+        print("before", flush=True)
+        os.write(4, struct.pack(">i", 7))
+        time.sleep(30)
+        print("after", flush=True)
+    """
+    result = await run(sandbox, code, timeout_s=10)
+    assert (result.status, result.exit_code, result.stdout) == (RunStatus.ERROR, 7, "before\n")
+
+
 async def test_namespaces_and_ptrace_are_denied_threads_still_work(sandbox: BwrapSandbox) -> None:
     code = """
         import ctypes, subprocess, threading
