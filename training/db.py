@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,7 +83,7 @@ class SQLiteDatabase:
                 path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
             )
             self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            mode = self._switch_to_wal(busy_timeout_ms / 1000)
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
         except (sqlite3.Error, OSError) as exc:  # OSError: the directory cannot be created
@@ -91,6 +92,20 @@ class SQLiteDatabase:
             raise StoreError(f"{path} could not be switched to WAL mode (got {mode}); is it on a network filesystem?")
         self._lock = threading.Lock()
         self._busy_timeout_ms = busy_timeout_ms
+
+    def _switch_to_wal(self, timeout_s: float) -> Row | None:
+        """`PRAGMA journal_mode=WAL`, retried: on a new file, several processes opening it at once
+        race to switch it, and the losers get "database is locked" at once, without the busy
+        handler (seen in CI with four concurrent first opens)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                row: Row | None = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                return row
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextmanager
     def transaction(self, *, write: bool, wait: bool = True) -> Iterator[sqlite3.Cursor]:

@@ -47,6 +47,7 @@ Json = dict[str, Any]
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
 PR_SET_CHILD_SUBREAPER = 36
+SWEEP_TIMEOUT_S = 10.0  # a run's processes that outlive this many seconds of SIGKILLs end the server
 MEMORY_HINTS = (
     "MemoryError",
     "Cannot allocate memory",
@@ -319,10 +320,15 @@ class Server:
                 with contextlib.suppress(OSError):
                     kill(child_pid, signal.SIGKILL)
         if self.sweep_mode != "pgroup" and (exiting is not None or not self.only_spare_left()):
-            for _ in range(1000):
-                victims = self.leftovers(exiting)
-                if not victims:
-                    break
+            # Until a scan finds none alive: killed processes stay in the scan until they are
+            # zombies, and one forked just before its parent was killed shows up a scan later.
+            # Bounded by time, not by a count of scans: a count ran out in 0.1 s once scans got fast.
+            deadline = time.monotonic() + SWEEP_TIMEOUT_S
+            while victims := self.leftovers(exiting):
+                if time.monotonic() > deadline:
+                    # Unkillable leftovers: die, so that the host tears the whole sandbox down.
+                    os.write(2, f"rlide sandbox: processes {victims} survived SIGKILL\n".encode())
+                    os._exit(70)
                 for pid in victims:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
