@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ import structlog
 
 from memory.errors import EmbedderError, MemoryConfigError
 from memory.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
+from memory.sqlite_wal import open_wal
 from memory.stores.base import FloatArray
 
 log = structlog.get_logger(__name__)
@@ -209,9 +209,7 @@ class EmbeddingCache:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_wal(path, busy_timeout_s=30)
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS embeddings (model TEXT, hash TEXT, vec BLOB, PRIMARY KEY (model, hash))"
             " WITHOUT ROWID"

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from memory.sqlite_wal import open_wal
 from training.records import Episode
 
 Row = tuple[Any, ...]
@@ -68,8 +68,7 @@ class SQLiteDatabase:
     WAL lets readers and one writer proceed at once across processes (one server per IDE window
     plus the training worker); `BEGIN IMMEDIATE` takes the write lock up front so two writers never
     deadlock upgrading a read lock, and `busy_timeout` makes the loser wait instead of failing.
-    `synchronous=NORMAL` in WAL mode survives a killed process (the OS has the pages); only a
-    power cut can lose the last transactions.
+    `memory.sqlite_wal.open_wal` sets both up.
     """
 
     dialect = "sqlite"
@@ -79,33 +78,12 @@ class SQLiteDatabase:
         self.url = f"sqlite:///{path}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
-            )
-            self._conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-            mode = self._switch_to_wal(busy_timeout_ms / 1000)
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn = open_wal(path, busy_timeout_s=busy_timeout_ms / 1000)
             self._conn.execute("PRAGMA foreign_keys=ON")
         except (sqlite3.Error, OSError) as exc:  # OSError: the directory cannot be created
             raise StoreError(f"cannot open the episode log at {path}: {exc}") from exc
-        if mode is None or str(mode[0]).lower() != "wal":
-            raise StoreError(f"{path} could not be switched to WAL mode (got {mode}); is it on a network filesystem?")
         self._lock = threading.Lock()
         self._busy_timeout_ms = busy_timeout_ms
-
-    def _switch_to_wal(self, timeout_s: float) -> Row | None:
-        """`PRAGMA journal_mode=WAL`, retried: on a new file, several processes opening it at once
-        race to switch it, and the losers get "database is locked" at once, without the busy
-        handler (seen in CI with four concurrent first opens)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                row: Row | None = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
-                return row
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
 
     @contextmanager
     def transaction(self, *, write: bool, wait: bool = True) -> Iterator[sqlite3.Cursor]:

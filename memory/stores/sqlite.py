@@ -21,6 +21,7 @@ import structlog
 
 from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_match, rrf
+from memory.sqlite_wal import open_wal
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex
@@ -124,10 +125,7 @@ class SQLiteStore:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
-            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoint, never corrupt
+            self._db = open_wal(path, busy_timeout_s=busy_timeout_s)
             self._db.create_function("glob_match", 2, glob_match, deterministic=True)
             # Reads use other connections than the writer (WAL readers never wait for it), so a
             # background indexer's write batch never holds up search_code in this process:
