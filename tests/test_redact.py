@@ -233,3 +233,21 @@ def test_case_folding_covers_every_letter_ignorecase_takes_for_ascii() -> None:
     for char in odd:
         matched = [a for a in string.ascii_lowercase if re.fullmatch("(?i)" + a, char)]
         assert [_fold(char)] == matched, (hex(ord(char)), matched)
+
+
+def test_a_conversation_seen_before_is_redacted_from_memory() -> None:
+    """An agent's whole conversation comes back with every turn: only the new message is scanned,
+    and a remembered text gives back its redaction, never the original."""
+    from training import redact as module
+
+    key = "sk-" + "Q" * 30
+    history = [f"message {i}: {key if i == 2 else ''}\n" + "x = compute(y)\n" * 40 for i in range(5)]
+    first = redact(history)
+    before = module._redact_known.cache_info()
+    again = redact([*history, "a new message"])
+    after = module._redact_known.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (5, 1)
+    assert again[:5] == first and key not in str(again) and "[REDACTED:openai_key]" in again[2]
+    huge = key + " " + "y" * module.CACHED_TEXT_CHARS  # too long to keep: scanned every time, still redacted
+    assert redact_text(huge).startswith("[REDACTED:openai_key]")
+    assert module._redact_known.cache_info().misses == after.misses

@@ -131,8 +131,25 @@ so on long text the separate triggers, each found by a fast scan, cost less)."""
 _SHORT = 256
 
 
+CACHED_TEXT_CHARS = 16_384
+"""Texts up to this length are remembered with their redaction (the last `CACHED_TEXTS` of them):
+an agent's conversation comes back whole with every turn, and only its new messages need the
+patterns (a 40-message, 24 KB conversation: 1.66 ms to redact, 0.15 ms when all but its last
+message are known). At most about 16 MB: a text without secrets is its own redaction, stored once."""
+CACHED_TEXTS = 1024
+
+
 def redact_text(text: str) -> str:
     """Return `text` with every secret this module recognises replaced by a marker."""
+    return _redact_known(text) if len(text) <= CACHED_TEXT_CHARS else _redact_text(text)
+
+
+@functools.lru_cache(maxsize=CACHED_TEXTS)
+def _redact_known(text: str) -> str:
+    return _redact_text(text)
+
+
+def _redact_text(text: str) -> str:
     folded = _fold(text)
     if len(folded) <= _SHORT and _ANY_TRIGGER.search(folded) is None:
         return text  # no pattern can match
