@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,17 +107,22 @@ class ConstantEngine:
         return self.completion
 
 
-async def _time_requests(app: Any, path: str, body: dict[str, Any], n: int) -> list[float]:
+async def _time_requests(
+    app: Any, path: str, body: dict[str, Any] | Callable[[], dict[str, Any]], n: int
+) -> list[float]:
+    """Median-ready timings of `n` POSTs; `body` may be a function giving each request its own."""
     import httpx
 
+    next_body = body if callable(body) else lambda: body
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
         for _ in range(50):  # warm up
-            await client.post(path, json=body)
+            await client.post(path, json=next_body())
         times = []
         for _ in range(n):
+            payload = next_body()
             t = time.perf_counter()
-            resp = await client.post(path, json=body)
+            resp = await client.post(path, json=payload)
             times.append(time.perf_counter() - t)
             if resp.status_code != 200:
                 raise RuntimeError(f"{path}: {resp.status_code} {resp.text}")
@@ -147,19 +154,40 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         "max_tokens": 8,
         "logprobs": True,
     }
+    # An agent's later turns carry the whole conversation: 40 messages of code-like text, 24 KB,
+    # of which the last is new with each request (the turns before it were seen by earlier calls).
+    line = "    result = compute_reward(episode, verifier=tests)  # check the tool output here\n"
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}\n" + line * 7} for i in range(39)]
+    turns = itertools.count()
+
+    def long_body() -> dict[str, Any]:
+        last = {"role": "user", "content": f"turn {next(turns)}\n" + line * 7}
+        return {**body, "messages": [*history, last]}
+
     from training.records import EpisodeSource
 
     episode = store.start_episode("bench", source=EpisodeSource.policy)
+    long_episode = store.start_episode("bench long", source=EpisodeSource.policy)
+    recorded = f"/episodes/{episode.id}/v1/chat/completions"
+    recorded_long = f"/episodes/{long_episode.id}/v1/chat/completions"
 
     async def run_all() -> dict[str, list[float]]:
-        # Interleave rounds so drift in machine load hits all three alike.
-        out: dict[str, list[float]] = {"bare": [], "gateway": [], "gateway_recorded": []}
+        # Interleave rounds so drift in machine load hits every case alike.
+        out: dict[str, list[float]] = {
+            "bare": [],
+            "gateway": [],
+            "gateway_recorded": [],
+            "bare_long": [],
+            "gateway_recorded_long": [],
+        }
         rounds = 4
         for _ in range(rounds):
             out["bare"] += await _time_requests(bare_app, "/v1/chat/completions", body, n // rounds)
             out["gateway"] += await _time_requests(gateway.app, "/v1/chat/completions", body, n // rounds)
-            out["gateway_recorded"] += await _time_requests(
-                gateway.app, f"/episodes/{episode.id}/v1/chat/completions", body, n // (4 * rounds)
+            out["gateway_recorded"] += await _time_requests(gateway.app, recorded, body, n // (4 * rounds))
+            out["bare_long"] += await _time_requests(bare_app, "/v1/chat/completions", long_body, n // (4 * rounds))
+            out["gateway_recorded_long"] += await _time_requests(
+                gateway.app, recorded_long, long_body, n // (4 * rounds)
             )
         return out
 
@@ -191,6 +219,9 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         "gateway_recorded_us_median": round(med["gateway_recorded"], 1),
         "gateway_overhead_us": round(med["gateway"] - med["bare"], 1),
         "gateway_recorded_overhead_us": round(med["gateway_recorded"] - med["bare"], 1),
+        "long_request_bytes": len(json.dumps(long_body())),
+        "bare_endpoint_long_us_median": round(med["bare_long"], 1),
+        "gateway_recorded_long_overhead_us": round(med["gateway_recorded_long"] - med["bare_long"], 1),
         "sqlite_turn_write_us": round(write_us, 1),
         "goal_overhead_us": 50,
     }

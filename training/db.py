@@ -4,7 +4,8 @@ Both speak the same small surface, so the stores over them (`EpisodeStore` and t
 and `TrainingRuns` it holds) keep one copy of every query. Queries are written with `?`
 placeholders; the PostgreSQL side rewrites them to `%s`.
 
-The log's errors, one tree: `StoreError` > `StoreBusy`, `EpisodeNotFound`, `EpisodeClosed`.
+The log's errors, one tree: `StoreError` > `StoreBusy`, `EpisodeNotFound`, `EpisodeClosed`,
+`PolicyTurnRefused`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from memory.sqlite_wal import open_wal
-from training.records import Episode
+from training.records import Episode, EpisodeSource, EpisodeStatus
 
 Row = tuple[Any, ...]
 
@@ -41,6 +42,16 @@ class EpisodeClosed(StoreError):
     def __init__(self, episode: Episode) -> None:
         super().__init__(f"episode {episode.id} already ended with status {episode.status.value}")
         self.episode = episode
+
+
+class PolicyTurnRefused(StoreError):
+    """A policy turn was offered to an episode that is not an open policy episode."""
+
+    def __init__(self, episode_id: str, source: EpisodeSource, status: EpisodeStatus) -> None:
+        super().__init__(f"episode {episode_id} is a {source.value} episode with status {status.value}")
+        self.episode_id = episode_id
+        self.source = source
+        self.status = status
 
 
 class Cursor(Protocol):

@@ -22,8 +22,11 @@ imports no torch; the engine does, when it is built.
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -34,15 +37,18 @@ from starlette.routing import Route
 
 from training.backends.base import BackendConfig
 from training.codec import CHOICE_TAG, encode_choice
-from training.db import EpisodeClosed, EpisodeNotFound
+from training.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, StoreBusy
 from training.http_auth import check_bind, protect
 from training.policy_engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
-from training.policy_turns import RedactedRequest
+from training.policy_turns import EncodedTurn, RedactedRequest
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import TurnContext
 from training.store import EpisodeStore
 
 MAX_TOKENS_LIMIT = 4096
+LAST_TURNS_KEPT = 256
+"""Episodes whose last turn the gateway remembers. Each entry holds that turn's whole conversation
+(it is the request), up to hundreds of KB for a long agent session."""
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 
 
@@ -125,6 +131,45 @@ def _prior_turn(context: TurnContext, messages: list[dict[str, Any]]) -> PriorTu
     return prior if prior.continued_by(messages) else None
 
 
+def _refusal(episode_id: str, source: EpisodeSource, status: EpisodeStatus) -> str | None:
+    """Why a turn cannot be recorded into this episode, or None when it can."""
+    if source is not EpisodeSource.policy:
+        return f"episode {episode_id} records the IDE's own model; POST /episodes for a policy episode"
+    if status is not EpisodeStatus.open:
+        return f"episode {episode_id} has ended ({status.value}); POST /episodes for a new one"
+    return None
+
+
+class LastTurns:
+    """The context of the last turn this process recorded into each recent episode, so a turn
+    needs no read of the log before it samples: only its write, which re-checks that the episode
+    is still an open policy episode. An entry goes stale only if another process records a turn
+    into the same episode (two gateways serving one agent's conversation). That costs exactness,
+    not consistency: the stale turn is spliced only if the request continues it
+    (`PriorTurn.continued_by`), the turns after it are re-tokenized instead of spliced, and the
+    log records the prompt ids actually fed."""
+
+    def __init__(self, size: int = LAST_TURNS_KEPT) -> None:
+        self._size = size
+        self._turns: OrderedDict[str, TurnContext] = OrderedDict()
+        self._lock = threading.Lock()  # read in worker threads, written on the event loop
+
+    def get(self, episode_id: str) -> TurnContext | None:
+        with self._lock:
+            return self._turns.get(episode_id)
+
+    def put(self, episode_id: str, context: TurnContext) -> None:
+        with self._lock:
+            self._turns[episode_id] = context
+            self._turns.move_to_end(episode_id)
+            if len(self._turns) > self._size:
+                self._turns.popitem(last=False)
+
+    def forget(self, episode_id: str) -> None:
+        with self._lock:
+            self._turns.pop(episode_id, None)
+
+
 class Gateway:
     """The ASGI app and what it holds: the engine, the episode log, the served alias.
 
@@ -135,6 +180,7 @@ class Gateway:
         self.engine = engine
         self.store = store
         self.alias = engine.model_id
+        self.last_turns = LastTurns()
         self.routes = Starlette(
             routes=[
                 Route("/v1/models", self.models, methods=["GET"]),
@@ -175,26 +221,24 @@ class Gateway:
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
             want_logprobs = args.pop("logprobs")
-            # One trip off the event loop per request: check, sample, record (committed before we answer).
-            completion = await anyio.to_thread.run_sync(self._complete, episode_id, args)
+            completion, turn = await anyio.to_thread.run_sync(self._sample, episode_id, args)
+            if episode_id is not None and turn is not None:
+                await self._record(episode_id, turn)  # committed before we answer
         except BadRequest as exc:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
         return JSONResponse(completion_response(self.alias, completion, want_logprobs))
 
-    def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
+    def _sample(self, episode_id: str | None, args: dict[str, Any]) -> tuple[Completion, EncodedTurn | None]:
+        """In a worker thread: sample, and for a recorded episode redact and encode the turn."""
         if episode_id is None:
-            return self.engine.complete(**args)
-        context = self.store.turns.turn_context(episode_id)  # one read query
-        if context.source is not EpisodeSource.policy:
-            raise BadRequest(
-                f"episode {episode_id} records the IDE's own model; POST /episodes for a policy episode", 409
-            )
-        if context.status is not EpisodeStatus.open:
-            raise BadRequest(
-                f"episode {episode_id} has ended ({context.status.value}); POST /episodes for a new one", 409
-            )
+            return self.engine.complete(**args), None
+        context = self.last_turns.get(episode_id)
+        if context is None:  # the episode's first turn through this process: one read
+            context = self.store.turns.turn_context(episode_id)
+            if (refused := _refusal(episode_id, context.source, context.status)) is not None:
+                raise BadRequest(refused, 409)
         # Redacted once: the conversation is compared with the stored (redacted) last turn, and the
         # same value is what the log stores; the engine samples from the messages as sent.
         request = RedactedRequest.of(
@@ -207,8 +251,7 @@ class Gateway:
         completion = self.engine.complete(**args, prior=_prior_turn(context, request.data["messages"]))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
-        self.store.turns.add_policy_turn(
-            episode_id,
+        turn = EncodedTurn.of(
             model=f"{self.alias}@{completion.checkpoint_step}",
             request=request,
             choice=encode_choice(completion.choices[0]),
@@ -216,7 +259,21 @@ class Gateway:
             prompt_token_ids=completion.prompt_token_ids or None,
             completion_token_ids=completion.completion_token_ids[0],
         )
-        return completion
+        return completion, turn
+
+    async def _record(self, episode_id: str, turn: EncodedTurn) -> None:
+        """Write the turn in place: an uncontended SQLite write costs less than a hop to a worker
+        thread and back (the MCP middleware's rule); one that would wait goes to a thread."""
+        insert = functools.partial(self.store.turns.insert_turn, episode_id, turn, open_policy_only=True)
+        try:
+            try:
+                insert(wait=False)
+            except StoreBusy:
+                await anyio.to_thread.run_sync(insert)
+        except PolicyTurnRefused as exc:  # ended, say, through the MCP server since our last turn
+            self.last_turns.forget(episode_id)
+            raise BadRequest(_refusal(episode_id, exc.source, exc.status) or str(exc), 409) from exc
+        self.last_turns.put(episode_id, turn.context())
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:
@@ -246,6 +303,7 @@ class Gateway:
             return _error(400, 'send {"outcome": "success" | "failure" | "aborted", "reward": -1..1 (optional)}')
         if reward is not None and (not isinstance(reward, int | float) or not -1 <= reward <= 1):
             return _error(400, "reward must be a number from -1 to 1")
+        self.last_turns.forget(episode_id)
         try:
             episode = await anyio.to_thread.run_sync(self.store.end_episode, episode_id, EpisodeStatus(outcome))
             if reward is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from training.codec import CHOICE_TAG
-from training.db import Database, EpisodeNotFound
+from training.db import Database, EpisodeNotFound, PolicyTurnRefused
 from training.log_rows import json_text
 from training.records import EpisodeSource, EpisodeStatus, at_epoch
 from training.redact import redact
@@ -82,6 +82,61 @@ class RedactedRequest:
         return cls(redact(request))
 
 
+@dataclass(frozen=True)
+class EncodedTurn:
+    """One policy turn redacted and encoded into its column values. Redaction and JSON grow with
+    the conversation, so the policy endpoint builds this in a worker thread and keeps only the
+    insert for its event loop."""
+
+    model: str
+    checkpoint_step: int | None
+    request: RedactedRequest
+    choice: dict[str, Any]
+    """Codec-encoded and redacted (`redact_choice`)."""
+    prompt_token_ids: list[int] | None
+    completion_token_ids: list[int] | None
+    columns: tuple[str, int | None, str, str, str | None, str | None]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        model: str,
+        request: dict[str, Any] | RedactedRequest,
+        choice: dict[str, Any],
+        checkpoint_step: int | None = None,
+        prompt_token_ids: list[int] | None = None,
+        completion_token_ids: list[int] | None = None,
+    ) -> EncodedTurn:
+        """`choice` is `training.codec.encode_choice` output; the request (unless it comes
+        redacted already) and the choice's text are redacted, its token ids and logprobs kept
+        exactly (`redact_choice` says why and what that means), as are the token id columns."""
+        clean = request if isinstance(request, RedactedRequest) else RedactedRequest.of(request)
+        clean_choice = redact_choice(choice)
+        columns = (
+            model,
+            checkpoint_step,
+            json_text(clean.data),
+            json_text(clean_choice),
+            None if prompt_token_ids is None else json.dumps(prompt_token_ids),
+            None if completion_token_ids is None else json.dumps(completion_token_ids),
+        )
+        return cls(model, checkpoint_step, clean, clean_choice, prompt_token_ids, completion_token_ids, columns)
+
+    def context(self) -> TurnContext:
+        """What `PolicyTurns.turn_context` reads once this is its open policy episode's last turn."""
+        if self.prompt_token_ids is None or self.completion_token_ids is None:
+            return TurnContext(EpisodeSource.policy, EpisodeStatus.open)
+        return TurnContext(
+            EpisodeSource.policy,
+            EpisodeStatus.open,
+            last_request=self.request.data,
+            last_choice=self.choice,
+            last_prompt_token_ids=self.prompt_token_ids,
+            last_completion_token_ids=self.completion_token_ids,
+        )
+
+
 class PolicyTurns:
     """Table `policy_turns`, over a database `EpisodeStore` has migrated."""
 
@@ -99,33 +154,39 @@ class PolicyTurns:
         prompt_token_ids: list[int] | None = None,
         completion_token_ids: list[int] | None = None,
     ) -> int:
-        """Record one completion sampled from the policy. `choice` is `training.codec.encode_choice`
-        output; the request (unless it comes redacted already) and the choice's text are redacted,
-        its token ids and logprobs kept exactly (`redact_choice` says why and what that means), as
-        are the token id columns."""
+        """Record one completion sampled from the policy (see `EncodedTurn.of` for what is redacted)."""
+        turn = EncodedTurn.of(
+            model=model,
+            request=request,
+            choice=choice,
+            checkpoint_step=checkpoint_step,
+            prompt_token_ids=prompt_token_ids,
+            completion_token_ids=completion_token_ids,
+        )
+        return self.insert_turn(episode_id, turn)
+
+    def insert_turn(
+        self, episode_id: str, turn: EncodedTurn, *, wait: bool = True, open_policy_only: bool = False
+    ) -> int:
+        """Write an encoded turn; returns its id once committed. `open_policy_only`: only into an
+        open policy episode, else `PolicyTurnRefused` (the policy endpoint checks this here, in the
+        write, instead of reading the episode before every turn). `wait=False` raises `StoreBusy`
+        rather than wait for another writer (see `Database`)."""
         now = time.time()
-        clean = request if isinstance(request, RedactedRequest) else RedactedRequest.of(request)
-        request_json, choice_json = json_text(clean.data), json_text(redact_choice(choice))
-        with self.db.transaction(write=True) as cur:
-            cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
+        condition = " AND source = 'policy' AND status = 'open'" if open_policy_only else ""
+        with self.db.transaction(write=True, wait=wait) as cur:
             row = cur.execute(
                 "INSERT INTO policy_turns (episode_id, model, checkpoint_step, request, choice, prompt_token_ids,"
                 " completion_token_ids, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
-                " WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?) RETURNING id",
-                (
-                    episode_id,
-                    model,
-                    checkpoint_step,
-                    request_json,
-                    choice_json,
-                    None if prompt_token_ids is None else json.dumps(prompt_token_ids),
-                    None if completion_token_ids is None else json.dumps(completion_token_ids),
-                    now,
-                    episode_id,
-                ),
+                f" WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?{condition}) RETURNING id",
+                (episode_id, *turn.columns, now, episode_id),
             ).fetchone()
-        if row is None:
-            raise EpisodeNotFound(episode_id)
+            if row is None:
+                found = cur.execute("SELECT source, status FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+                if found is None:
+                    raise EpisodeNotFound(episode_id)
+                raise PolicyTurnRefused(episode_id, EpisodeSource(found[0]), EpisodeStatus(found[1]))
+            cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
         return int(row[0])
 
     def turn_context(self, episode_id: str) -> TurnContext:

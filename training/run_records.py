@@ -51,8 +51,9 @@ class PolicyTurn(BaseModel):
 
 @dataclass(frozen=True)
 class TurnContext:
-    """What the policy endpoint reads before sampling a turn of an episode, in one query: whether
-    it may record into it, and the exact tokens of its last turn (to continue token in, token out)."""
+    """What the policy endpoint needs before sampling a turn of an episode: whether it may record
+    into it, and the exact tokens of its last turn (to continue token in, token out). Read in one
+    query for an episode's first turn through a gateway process, then kept (`gateway.LastTurns`)."""
 
     source: EpisodeSource
     status: EpisodeStatus

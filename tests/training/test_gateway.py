@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,11 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from training.backends.base import BackendConfig  # noqa: E402
 from training.codec import decode_choice  # noqa: E402
+from training.db import SQLiteDatabase  # noqa: E402
 from training.gateway import Gateway  # noqa: E402
 from training.groups import groups_from_log  # noqa: E402
 from training.policy_engines import TransformersEngine  # noqa: E402
+from training.records import EpisodeStatus  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 from training.worker import train  # noqa: E402
 from training.worker_config import WorkerConfig  # noqa: E402
@@ -161,3 +166,45 @@ def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, T
     [record] = proxy.store.runs.training_steps("default")
     assert record.metrics["losses/max_logprob_drift"] < 1e-4
     assert proxy.engine.refresh() == 1  # the upstream now serves the new checkpoint
+
+
+def test_a_turn_into_an_episode_ended_elsewhere_is_refused_and_not_recorded(
+    setup: tuple[Gateway, TestClient, BackendConfig],
+) -> None:
+    """After its first turn the gateway reads nothing before sampling; the write itself refuses a
+    turn into an episode that was ended meanwhile by another process (the MCP server)."""
+    gateway, http, _ = setup
+    episode_id = http.post("/episodes", json={"task": "t"}).json()["episode_id"]
+    body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    assert http.post(f"/episodes/{episode_id}/v1/chat/completions", json=body).status_code == 200
+    assert gateway.last_turns.get(episode_id) is not None
+    other = EpisodeStore.open(gateway.store.url)
+    other.end_episode(episode_id, EpisodeStatus.failure)
+    other.close()
+    refused = http.post(f"/episodes/{episode_id}/v1/chat/completions", json=body)
+    assert refused.status_code == 409
+    assert "has ended (failure)" in refused.json()["error"]["message"]
+    assert len(gateway.store.turns.policy_turns(episode_id)) == 1
+    assert gateway.last_turns.get(episode_id) is None
+
+
+def test_a_turn_waits_for_another_writer_instead_of_failing(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
+    """The turn is written in place when the log is free; when another process holds the write
+    lock it is written from a worker thread once the lock is released, not dropped or failed."""
+    gateway, http, _ = setup
+    episode_id = http.post("/episodes", json={"task": "t"}).json()["episode_id"]
+    body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+    assert isinstance(gateway.store.db, SQLiteDatabase)
+    blocker = sqlite3.connect(gateway.store.db.path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.5, blocker.execute, ("COMMIT",))
+    release.start()
+    started = time.monotonic()
+    resp = http.post(f"/episodes/{episode_id}/v1/chat/completions", json=body)
+    waited = time.monotonic() - started
+    release.join()
+    blocker.close()
+    assert resp.status_code == 200, resp.text
+    assert waited >= 0.5  # it waited for the lock rather than giving up
+    [turn] = gateway.store.turns.policy_turns(episode_id)
+    assert turn.completion_token_ids is not None and len(turn.completion_token_ids) >= 1

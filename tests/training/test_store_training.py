@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.postgres_server import postgres_server  # noqa: F401 - fixture
-from training.db import EpisodeNotFound, StoreError, connect
+from training.db import EpisodeNotFound, PolicyTurnRefused, StoreError, connect
 from training.migrations import applied, migrate
-from training.policy_turns import PolicyTurns
+from training.policy_turns import EncodedTurn, PolicyTurns
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import GroupOutcome, RunState, TurnContext
 from training.store import EpisodeStore
@@ -75,6 +75,47 @@ def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: Episode
     turn = store.turns.policy_turns(ep.id)[0]
     assert key not in str(turn.request)
     assert turn.choice == {"__choice__": {"message": {"content": "ok"}}}
+
+
+def test_an_encoded_turn_knows_the_context_the_log_reads_back(any_store: EpisodeStore) -> None:
+    """The policy endpoint keeps `EncodedTurn.context()` instead of reading `turn_context` before
+    the next turn: the two must agree, redaction included."""
+    store = any_store
+    ep = store.start_episode("t", source=EpisodeSource.policy)
+    key = "ghp_" + "A1b2" * 9
+    for prompt_ids, completion_ids in ((None, None), ([1, 2], [3, 4])):
+        turn = EncodedTurn.of(
+            model="m@0",
+            request={"messages": [{"role": "user", "content": f"use {key}"}], "tools": None},
+            choice={"__choice__": {"message": {"role": "assistant", "content": f"ok {key}"}}},
+            checkpoint_step=0,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids,
+        )
+        store.turns.insert_turn(ep.id, turn, open_policy_only=True)
+        assert store.turns.turn_context(ep.id) == turn.context()
+    assert key not in str(turn.context())
+
+
+def test_a_turn_only_for_open_policy_episodes_says_why_it_was_refused(any_store: EpisodeStore) -> None:
+    store = any_store
+    turn = EncodedTurn.of(model="m", request={}, choice={"__choice__": {}})
+    with pytest.raises(EpisodeNotFound):
+        store.turns.insert_turn("ep_nope", turn, open_policy_only=True)
+    external = store.start_episode("the IDE's own model")
+    with pytest.raises(PolicyTurnRefused) as refused:
+        store.turns.insert_turn(external.id, turn, open_policy_only=True)
+    assert (refused.value.source, refused.value.status) == (EpisodeSource.external, EpisodeStatus.open)
+    ended = store.start_episode("t", source=EpisodeSource.policy)
+    store.end_episode(ended.id, EpisodeStatus.aborted)
+    before = store.get_episode(ended.id).updated_at
+    with pytest.raises(PolicyTurnRefused) as refused:
+        store.turns.insert_turn(ended.id, turn, open_policy_only=True)
+    assert (refused.value.source, refused.value.status) == (EpisodeSource.policy, EpisodeStatus.aborted)
+    assert store.turns.policy_turns(ended.id) == [] and store.turns.policy_turns(external.id) == []
+    assert store.get_episode(ended.id).updated_at == before  # the refused write left no trace
+    store.turns.insert_turn(ended.id, turn)  # a late turn without the check still lands, as steps do
+    assert len(store.turns.policy_turns(ended.id)) == 1
 
 
 def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store: EpisodeStore) -> None:
