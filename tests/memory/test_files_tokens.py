@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memory.files import decode_source, language_for, walk_workspace
-from memory.tokens import code_tokens, query_tokens, split_identifier
+from memory.tokens import code_tokens, query_tokens, split_identifier, token_string
 
 
 def test_identifier_splitting() -> None:
@@ -12,6 +14,20 @@ def test_identifier_splitting() -> None:
     tokens = code_tokens("def getUserName(self): return the files")
     assert tokens == ["getusername", "get", "user", "name", "file"]
     assert query_tokens("user user USER") == ["user"]
+
+
+def test_remembered_expansions_stay_bounded_and_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory import tokens
+
+    monkeypatch.setattr(tokens, "EXPANSIONS_KEPT", 3)
+    monkeypatch.setattr(tokens, "_EXPANSIONS", tokens._Expansions())
+    text = "getUserName the_files self HTTPServer x9 parse_v2 getUserName"
+    first = token_string(text)
+    assert len(tokens._EXPANSIONS) <= 3
+    assert first == (
+        "getusername get user name the_files file httpserver http server x9 parse_v2 parse getusername get user name"
+    )
+    assert token_string(text) == first
 
 
 def test_walk_respects_gitignore_vendored_generated_and_size(repo: Path) -> None:
