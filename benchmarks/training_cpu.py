@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from training.backends.base import BackendConfig  # noqa: E402
 from training.gateway import Gateway, completion_response  # noqa: E402
 from training.policy_engines import Completion, PriorTurn  # noqa: E402
+from training.policy_turns import EncodedTurn  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 
 
@@ -199,11 +200,13 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         for _ in range(count):
             store.turns.add_policy_turn(
                 episode.id,
-                model="m",
-                request=body,
-                choice=choice,
-                prompt_token_ids=list(range(20)),
-                completion_token_ids=[5, 6, 2],
+                EncodedTurn.of(
+                    model="m",
+                    request=body,
+                    choice=choice,
+                    prompt_token_ids=list(range(20)),
+                    completion_token_ids=[5, 6, 2],
+                ),
             )
 
     write_turns(20)  # warm-up

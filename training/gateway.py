@@ -264,7 +264,7 @@ class Gateway:
     async def _record(self, episode_id: str, turn: EncodedTurn) -> None:
         """Write the turn in place: an uncontended SQLite write costs less than a hop to a worker
         thread and back (the MCP middleware's rule); one that would wait goes to a thread."""
-        insert = functools.partial(self.store.turns.insert_turn, episode_id, turn, open_policy_only=True)
+        insert = functools.partial(self.store.turns.add_policy_turn, episode_id, turn, open_policy_only=True)
         try:
             try:
                 insert(wait=False)

@@ -144,31 +144,10 @@ class PolicyTurns:
         self.db = db
 
     def add_policy_turn(
-        self,
-        episode_id: str,
-        *,
-        model: str,
-        request: dict[str, Any] | RedactedRequest,
-        choice: dict[str, Any],
-        checkpoint_step: int | None = None,
-        prompt_token_ids: list[int] | None = None,
-        completion_token_ids: list[int] | None = None,
-    ) -> int:
-        """Record one completion sampled from the policy (see `EncodedTurn.of` for what is redacted)."""
-        turn = EncodedTurn.of(
-            model=model,
-            request=request,
-            choice=choice,
-            checkpoint_step=checkpoint_step,
-            prompt_token_ids=prompt_token_ids,
-            completion_token_ids=completion_token_ids,
-        )
-        return self.insert_turn(episode_id, turn)
-
-    def insert_turn(
         self, episode_id: str, turn: EncodedTurn, *, wait: bool = True, open_policy_only: bool = False
     ) -> int:
-        """Write an encoded turn; returns its id once committed. `open_policy_only`: only into an
+        """Record one completion sampled from the policy (`EncodedTurn.of` says what is redacted);
+        returns its id once committed. `open_policy_only`: only into an
         open policy episode, else `PolicyTurnRefused` (the policy endpoint checks this here, in the
         write, instead of reading the episode before every turn). `wait=False` raises `StoreBusy`
         rather than wait for another writer (see `Database`)."""

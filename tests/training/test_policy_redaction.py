@@ -17,7 +17,7 @@ from training_logdata import CannedEngine, make_choice
 
 from training.codec import CHOICE_TAG, decode_choice, encode_choice
 from training.gateway import Gateway
-from training.policy_turns import RedactedRequest, redact_choice
+from training.policy_turns import EncodedTurn, RedactedRequest, redact_choice
 from training.store import EpisodeStore
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -96,7 +96,7 @@ def test_a_request_redacted_by_the_caller_is_stored_as_the_store_would_redact_it
     choice = {CHOICE_TAG: {"message": {"role": "assistant", "content": "ok"}}}
     episode = store.start_episode("t")
     for given in (request, RedactedRequest.of(request)):
-        store.turns.add_policy_turn(episode.id, model="student", request=given, choice=choice)
+        store.turns.add_policy_turn(episode.id, EncodedTurn.of(model="student", request=given, choice=choice))
     by_store, by_caller = store.turns.policy_turns(episode.id)
     assert by_caller.request == by_store.request and GITHUB_TOKEN not in json.dumps(by_caller.request)
 
@@ -107,7 +107,9 @@ def test_a_turn_without_secrets_is_stored_exactly(store: EpisodeStore) -> None:
     choice = make_choice("The answer is 42.", [7, 8, 9], [-0.5, -0.25, -1e-7])
     episode = store.start_episode("t")
     request = {"messages": [{"role": "user", "content": "q"}]}
-    store.turns.add_policy_turn(episode.id, model="student", request=request, choice=encode_choice(choice))
+    store.turns.add_policy_turn(
+        episode.id, EncodedTurn.of(model="student", request=request, choice=encode_choice(choice))
+    )
     [turn] = store.turns.policy_turns(episode.id)
     assert turn.choice == encode_choice(choice)
     restored = decode_choice(turn.choice)
@@ -121,7 +123,9 @@ def test_the_codec_round_trip_keeps_everything_but_the_secret(store: EpisodeStor
     secret_call = {"id": "c", "type": "function", "function": {"name": "deploy", "arguments": arguments}}
     choice = make_choice(f"key {AWS_KEY}", [1, 2, 3], [-0.125, -2.0, -1e-9], tool_call=secret_call)
     episode = store.start_episode("t")
-    store.turns.add_policy_turn(episode.id, model="student", request={"messages": []}, choice=encode_choice(choice))
+    store.turns.add_policy_turn(
+        episode.id, EncodedTurn.of(model="student", request={"messages": []}, choice=encode_choice(choice))
+    )
     restored = decode_choice(store.turns.policy_turns(episode.id)[0].choice)
     assert restored.message.content == "key [REDACTED:aws_access_key]"
     assert restored.finish_reason == choice.finish_reason and restored.index == choice.index

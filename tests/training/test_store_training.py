@@ -63,14 +63,16 @@ def test_runs_and_turns_need_only_a_migrated_database(tmp_path: Path) -> None:
 def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: EpisodeStore) -> None:
     store = any_store
     with pytest.raises(EpisodeNotFound):
-        store.turns.add_policy_turn("ep_nope", model="m", request={}, choice={"__choice__": {}})
+        store.turns.add_policy_turn("ep_nope", EncodedTurn.of(model="m", request={}, choice={"__choice__": {}}))
     ep = store.start_episode("t")
     key = "sk-" + "a" * 30
     store.turns.add_policy_turn(
         ep.id,
-        model="m",
-        request={"messages": [{"role": "user", "content": f"key {key}"}]},
-        choice={"__choice__": {"message": {"content": "ok"}}},
+        EncodedTurn.of(
+            model="m",
+            request={"messages": [{"role": "user", "content": f"key {key}"}]},
+            choice={"__choice__": {"message": {"content": "ok"}}},
+        ),
     )
     turn = store.turns.policy_turns(ep.id)[0]
     assert key not in str(turn.request)
@@ -92,7 +94,7 @@ def test_an_encoded_turn_knows_the_context_the_log_reads_back(any_store: Episode
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion_ids,
         )
-        store.turns.insert_turn(ep.id, turn, open_policy_only=True)
+        store.turns.add_policy_turn(ep.id, turn, open_policy_only=True)
         assert store.turns.turn_context(ep.id) == turn.context()
     assert key not in str(turn.context())
 
@@ -101,20 +103,20 @@ def test_a_turn_only_for_open_policy_episodes_says_why_it_was_refused(any_store:
     store = any_store
     turn = EncodedTurn.of(model="m", request={}, choice={"__choice__": {}})
     with pytest.raises(EpisodeNotFound):
-        store.turns.insert_turn("ep_nope", turn, open_policy_only=True)
+        store.turns.add_policy_turn("ep_nope", turn, open_policy_only=True)
     external = store.start_episode("the IDE's own model")
     with pytest.raises(PolicyTurnRefused) as refused:
-        store.turns.insert_turn(external.id, turn, open_policy_only=True)
+        store.turns.add_policy_turn(external.id, turn, open_policy_only=True)
     assert (refused.value.source, refused.value.status) == (EpisodeSource.external, EpisodeStatus.open)
     ended = store.start_episode("t", source=EpisodeSource.policy)
     store.end_episode(ended.id, EpisodeStatus.aborted)
     before = store.get_episode(ended.id).updated_at
     with pytest.raises(PolicyTurnRefused) as refused:
-        store.turns.insert_turn(ended.id, turn, open_policy_only=True)
+        store.turns.add_policy_turn(ended.id, turn, open_policy_only=True)
     assert (refused.value.source, refused.value.status) == (EpisodeSource.policy, EpisodeStatus.aborted)
     assert store.turns.policy_turns(ended.id) == [] and store.turns.policy_turns(external.id) == []
     assert store.get_episode(ended.id).updated_at == before  # the refused write left no trace
-    store.turns.insert_turn(ended.id, turn)  # a late turn without the check still lands, as steps do
+    store.turns.add_policy_turn(ended.id, turn)  # a late turn without the check still lands, as steps do
     assert len(store.turns.policy_turns(ended.id)) == 1
 
 
@@ -128,21 +130,23 @@ def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store
     assert store.turns.turn_context(ep.id) == TurnContext(EpisodeSource.policy, EpisodeStatus.open)
     choice = {"__choice__": {"message": {"role": "assistant", "content": "one"}}}
     store.turns.add_policy_turn(
-        ep.id, model="m", request={"messages": [{"role": "user", "content": "1"}]}, choice=choice
+        ep.id, EncodedTurn.of(model="m", request={"messages": [{"role": "user", "content": "1"}]}, choice=choice)
     )
     assert store.turns.turn_context(ep.id).last_request is None  # a turn without token ids cannot be spliced
     for n in (2, 3):
         store.turns.add_policy_turn(
             ep.id,
-            model="m",
-            request={"messages": [{"role": "user", "content": str(n)}]},
-            choice=choice,
-            prompt_token_ids=[n, 7],
-            completion_token_ids=[n, 8],
+            EncodedTurn.of(
+                model="m",
+                request={"messages": [{"role": "user", "content": str(n)}]},
+                choice=choice,
+                prompt_token_ids=[n, 7],
+                completion_token_ids=[n, 8],
+            ),
         )
     other = store.start_episode("another", source=EpisodeSource.policy)
     store.turns.add_policy_turn(
-        other.id, model="m", request={}, choice=choice, prompt_token_ids=[9], completion_token_ids=[]
+        other.id, EncodedTurn.of(model="m", request={}, choice=choice, prompt_token_ids=[9], completion_token_ids=[])
     )
     store.end_episode(ep.id, EpisodeStatus.success)
     assert store.turns.turn_context(ep.id) == TurnContext(  # the newest turn of this episode, not another's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from training.policy_turns import EncodedTurn
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.store import EpisodeStore
 
@@ -82,12 +83,14 @@ def policy_episode(
     }
     store.turns.add_policy_turn(
         ep.id,
-        model="student",
-        request=request1,
-        choice=encode_choice(first),
-        checkpoint_step=checkpoint_step,
-        prompt_token_ids=[1, 2, 3],
-        completion_token_ids=[11, 12, 13],
+        EncodedTurn.of(
+            model="student",
+            request=request1,
+            choice=encode_choice(first),
+            checkpoint_step=checkpoint_step,
+            prompt_token_ids=[1, 2, 3],
+            completion_token_ids=[11, 12, 13],
+        ),
     )
     second = make_choice(f"fixed ({seed})", [21, 22], [-0.125 - seed, -2.0])
     request2 = {
@@ -100,11 +103,13 @@ def policy_episode(
     }
     store.turns.add_policy_turn(
         ep.id,
-        model="student",
-        request=request2,
-        choice=encode_choice(second),
-        checkpoint_step=checkpoint_step,
-        completion_token_ids=[21, 22],
+        EncodedTurn.of(
+            model="student",
+            request=request2,
+            choice=encode_choice(second),
+            checkpoint_step=checkpoint_step,
+            completion_token_ids=[21, 22],
+        ),
     )
     store.end_episode(ep.id, EpisodeStatus.success if reward > 0 else EpisodeStatus.failure)
     store.add_reward(ep.id, RewardSource.tests, reward)
