@@ -102,6 +102,12 @@ async def test_calls_outside_an_episode_go_to_an_implicit_one(client: Client, se
 async def test_errors_tell_the_model_what_to_do_next(client: Client, settings: Settings) -> None:
     assert "call start_episode first" in await call_error(client, "end_episode", {"outcome": "success"})
     assert "list_episodes" in await call_error(client, "give_feedback", {"rating": 1, "episode_id": "ep_missing"})
+    # A lone surrogate (valid JSON: "\\ud800") is refused by validation; the call is still recorded.
+    log = _log(settings)
+    steps_before = sum(e.step_count for e in log.list_episodes())
+    assert "episode_id" in await call_error(client, "end_episode", {"outcome": "success", "episode_id": "\ud800"})
+    assert sum(e.step_count for e in log.list_episodes()) == steps_before + 1
+    log.close()
     started = await call_ok(client, "start_episode", {"task": "t"})
     await call_ok(client, "end_episode", {"outcome": "failure", "episode_id": started["episode_id"]})
     again = await call_error(client, "end_episode", {"outcome": "success", "episode_id": started["episode_id"]})

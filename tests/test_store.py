@@ -14,6 +14,7 @@ from tests.postgres_server import PostgresServer
 from training.db import EpisodeClosed, EpisodeNotFound, SQLiteDatabase, StoreError, connect
 from training.log_rows import MAX_TEXT_CHARS
 from training.migrations import MIGRATIONS, Migration, applied, migrate
+from training.policy_turns import EncodedTurn
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.store import EpisodeStore
 
@@ -66,6 +67,25 @@ def test_missing_episode_is_reported_not_created(store: EpisodeStore) -> None:
     with pytest.raises(EpisodeNotFound):
         store.add_reward("ep_nope", RewardSource.feedback, 1.0)
     assert store.list_episodes() == []
+
+
+@pytest.mark.parametrize("bad_id", ["\ud800", "a\udfffb", "ép_1"])
+def test_an_id_no_episode_can_have_is_not_found_rather_than_a_crash(store: EpisodeStore, bad_id: str) -> None:
+    """A lone surrogate (JSON's "\\ud800" in a tool argument) cannot be sent to SQLite at all."""
+    with pytest.raises(EpisodeNotFound):
+        store.get_episode(bad_id)
+    with pytest.raises(EpisodeNotFound):
+        store.end_episode(bad_id, EpisodeStatus.success)
+    with pytest.raises(EpisodeNotFound):
+        store.add_step(bad_id, tool="x", arguments={}, result_summary=None, error=None, duration_ms=0)
+    with pytest.raises(EpisodeNotFound):
+        store.add_reward(bad_id, RewardSource.feedback, 1.0)
+    with pytest.raises(EpisodeNotFound):
+        store.turns.turn_context(bad_id)
+    with pytest.raises(EpisodeNotFound):
+        store.turns.add_policy_turn(bad_id, EncodedTurn.of(model="m", request={}, choice={}))
+    with pytest.raises(EpisodeNotFound):
+        store.detail(bad_id)
 
 
 def test_rewards_outside_the_range_are_refused(store: EpisodeStore) -> None:

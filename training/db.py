@@ -38,6 +38,15 @@ class EpisodeNotFound(StoreError):
         self.episode_id = episode_id
 
 
+def check_episode_id(episode_id: str) -> None:
+    """`EpisodeNotFound` for an id no episode can have. Ids are ASCII (`ep_` + hex digits), and
+    text that is not valid UTF-8 (a lone surrogate, from JSON's "\\ud800" in a tool argument or
+    from a mis-decoded command line) cannot even be sent to SQLite or PostgreSQL: it would fail
+    the query with a `UnicodeEncodeError` instead of saying there is no such episode."""
+    if not episode_id.isascii():
+        raise EpisodeNotFound(episode_id)
+
+
 class EpisodeClosed(StoreError):
     def __init__(self, episode: Episode) -> None:
         super().__init__(f"episode {episode.id} already ended with status {episode.status.value}")

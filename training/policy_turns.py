@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from training.codec import CHOICE_TAG
-from training.db import Database, EpisodeNotFound, PolicyTurnRefused
+from training.db import Database, EpisodeNotFound, PolicyTurnRefused, check_episode_id
 from training.log_rows import json_text
 from training.records import EpisodeSource, EpisodeStatus, at_epoch
 from training.redact import redact
@@ -151,6 +151,7 @@ class PolicyTurns:
         open policy episode, else `PolicyTurnRefused` (the policy endpoint checks this here, in the
         write, instead of reading the episode before every turn). `wait=False` raises `StoreBusy`
         rather than wait for another writer (see `Database`)."""
+        check_episode_id(episode_id)
         now = time.time()
         condition = " AND source = 'policy' AND status = 'open'" if open_policy_only else ""
         with self.db.transaction(write=True, wait=wait) as cur:
@@ -170,7 +171,8 @@ class PolicyTurns:
 
     def turn_context(self, episode_id: str) -> TurnContext:
         """The episode's source and status and its last policy turn's request, choice and token ids,
-        in one query (the policy endpoint's read before each recorded turn)."""
+        in one query (the policy endpoint's read before an episode's first turn through it)."""
+        check_episode_id(episode_id)
         with self.db.transaction(write=False) as cur:
             row = cur.execute(
                 "SELECT e.source, e.status, t.request, t.choice, t.prompt_token_ids, t.completion_token_ids"

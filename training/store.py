@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from training.db import Database, EpisodeClosed, EpisodeNotFound, connect
+from training.db import Database, EpisodeClosed, EpisodeNotFound, check_episode_id, connect
 from training.log_rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
 from training.migrations import migrate
 from training.policy_turns import PolicyTurns
@@ -86,6 +86,7 @@ class EpisodeStore:
         return self.get_episode(episode_id)
 
     def get_episode(self, episode_id: str) -> Episode:
+        check_episode_id(episode_id)
         with self.db.transaction(write=False) as cur:
             row = cur.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE e.id = ?", (episode_id,)).fetchone()
         if row is None:
@@ -95,6 +96,7 @@ class EpisodeStore:
     def end_episode(self, episode_id: str, status: EpisodeStatus, summary: str | None = None) -> Episode:
         if not status.is_terminal:
             raise ValueError("an episode ends with success, failure, aborted or timeout, not open")
+        check_episode_id(episode_id)
         now = time.time()
         clipped = clip_text(summary)
         with self.db.transaction(write=True) as cur:
@@ -165,6 +167,7 @@ class EpisodeStore:
         """Record one tool call. Returns the step id once it is committed.
 
         `wait=False` raises `StoreBusy` rather than wait for another writer (see `Database`)."""
+        check_episode_id(episode_id)
         now = time.time()
         values = (json_text(redact(arguments)), clip_text(result_summary), clip_text(error))
         with self.db.transaction(write=True, wait=wait) as cur:
@@ -182,6 +185,7 @@ class EpisodeStore:
     def add_reward(self, episode_id: str, source: RewardSource, value: float, comment: str | None = None) -> Reward:
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"a reward is in [-1, 1], got {value}")
+        check_episode_id(episode_id)
         now = time.time()
         clipped = clip_text(comment)
         with self.db.transaction(write=True) as cur:
