@@ -3,6 +3,7 @@
     python benchmarks/search_speed.py                  # whole stdlib
     python benchmarks/search_speed.py --quick          # json/email/http/asyncio/xml only, fewer queries
     python benchmarks/search_speed.py --real-vectors   # every chunk really embedded (see below)
+    python benchmarks/search_speed.py --keyword-only   # keyword_ready_s alone
 
 Measures, and prints as one JSON object on stdout:
   keyword_ready_s     time from nothing to every file keyword-searchable (scan, parse, tokenize, write)
@@ -122,7 +123,8 @@ def _dense_figures(
     if with_agreement and index.projection is not None:
         exact = SQLiteStore(index_path, model_id=svc.store.model_id, dim=svc.store.dim, exact_up_to=10**9)
         exact.vector_search(model.embed_query("warm up"), 10, Filters())
-        same, times = 0, {"prefilter": [], "exact": []}
+        same = 0
+        times: dict[str, list[float]] = {"prefilter": [], "exact": []}
         for q in queries:
             vector = model.embed_query(q)
             t0 = time.perf_counter()
@@ -138,6 +140,18 @@ def _dense_figures(
     return figures
 
 
+def _keyword_ready_figures(files: int, chunks: int, seconds: float | None, cpu_seconds: float) -> dict[str, Any]:
+    return {
+        "benchmark": "search_speed",
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "files": files,
+        "chunks": chunks,
+        "keyword_ready_s": round(seconds or 0.0, 2),
+        "keyword_ready_cpu_s": round(cpu_seconds, 2),
+    }
+
+
 def main() -> None:
     # stdout carries only the JSON result; structlog's default logger would print there.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
@@ -148,6 +162,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--real-vectors", action="store_true", help="embed every chunk (cached across runs)")
+    parser.add_argument(
+        "--keyword-only",
+        action="store_true",
+        help="stop after keyword-ready (about 15 s; for paired runs of two commits)",
+    )
     args = parser.parse_args()
     embed_sample = 128 if args.quick else args.embed_sample
     n_queries = 60 if args.quick else args.queries
@@ -179,6 +198,10 @@ def main() -> None:
         keyword_ready_s = progress.keyword_ready_s
         keyword_ready_cpu_s = _cpu_seconds() - cpu_before  # this process + the finished worker processes
         stats = svc.store.stats()
+        if args.keyword_only:
+            svc.close()
+            print(json.dumps(_keyword_ready_figures(stats.files, stats.chunks, keyword_ready_s, keyword_ready_cpu_s)))
+            return
 
         # Embedding throughput on real chunks, through the same path sync uses (dedupe + buckets),
         # then the same chunks as rlide embedded them before: the shipped graph at 128 word pieces.
@@ -245,13 +268,9 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "benchmark": "search_speed",
-                "cpus": os.cpu_count(),
-                "load_avg_1m": round(os.getloadavg()[0], 2),
-                "files": final.files_indexed,
-                "chunks": final.chunks_indexed,
-                "keyword_ready_s": round(keyword_ready_s or 0.0, 2),
-                "keyword_ready_cpu_s": round(keyword_ready_cpu_s, 2),
+                **_keyword_ready_figures(
+                    final.files_indexed, final.chunks_indexed, keyword_ready_s, keyword_ready_cpu_s
+                ),
                 "embed": embed,
                 "embed_baseline_shipped_graph": shipped,
                 "embed_speedup": round(embed["chunks_per_s"] / shipped["chunks_per_s"], 2),
