@@ -22,7 +22,6 @@ imports no torch; the engine does, when it is built.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import uuid
@@ -37,7 +36,7 @@ from starlette.routing import Route
 
 from training.backends.base import BackendConfig
 from training.codec import CHOICE_TAG, encode_choice
-from training.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, StoreBusy
+from training.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
 from training.http_auth import check_bind, protect
 from training.policy_engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
 from training.policy_turns import EncodedTurn, RedactedRequest
@@ -152,7 +151,7 @@ class LastTurns:
     def __init__(self, size: int = LAST_TURNS_KEPT) -> None:
         self._size = size
         self._turns: OrderedDict[str, TurnContext] = OrderedDict()
-        self._lock = threading.Lock()  # read in worker threads, written on the event loop
+        self._lock = threading.Lock()  # used from the worker threads of concurrent requests
 
     def get(self, episode_id: str) -> TurnContext | None:
         with self._lock:
@@ -221,19 +220,17 @@ class Gateway:
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
             want_logprobs = args.pop("logprobs")
-            completion, turn = await anyio.to_thread.run_sync(self._sample, episode_id, args)
-            if episode_id is not None and turn is not None:
-                await self._record(episode_id, turn)  # committed before we answer
+            # One trip off the event loop per request: sample and record (committed before we answer).
+            completion = await anyio.to_thread.run_sync(self._complete, episode_id, args)
         except BadRequest as exc:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
         return JSONResponse(completion_response(self.alias, completion, want_logprobs))
 
-    def _sample(self, episode_id: str | None, args: dict[str, Any]) -> tuple[Completion, EncodedTurn | None]:
-        """In a worker thread: sample, and for a recorded episode redact and encode the turn."""
+    def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
         if episode_id is None:
-            return self.engine.complete(**args), None
+            return self.engine.complete(**args)
         context = self.last_turns.get(episode_id)
         if context is None:  # the episode's first turn through this process: one read
             context = self.store.turns.turn_context(episode_id)
@@ -259,21 +256,13 @@ class Gateway:
             prompt_token_ids=completion.prompt_token_ids or None,
             completion_token_ids=completion.completion_token_ids[0],
         )
-        return completion, turn
-
-    async def _record(self, episode_id: str, turn: EncodedTurn) -> None:
-        """Write the turn in place: an uncontended SQLite write costs less than a hop to a worker
-        thread and back (the MCP middleware's rule); one that would wait goes to a thread."""
-        insert = functools.partial(self.store.turns.add_policy_turn, episode_id, turn, open_policy_only=True)
         try:
-            try:
-                insert(wait=False)
-            except StoreBusy:
-                await anyio.to_thread.run_sync(insert)
+            self.store.turns.add_policy_turn(episode_id, turn, open_policy_only=True)
         except PolicyTurnRefused as exc:  # ended, say, through the MCP server since our last turn
             self.last_turns.forget(episode_id)
             raise BadRequest(_refusal(episode_id, exc.source, exc.status) or str(exc), 409) from exc
         self.last_turns.put(episode_id, turn.context())
+        return completion
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:

@@ -84,9 +84,8 @@ class RedactedRequest:
 
 @dataclass(frozen=True)
 class EncodedTurn:
-    """One policy turn redacted and encoded into its column values. Redaction and JSON grow with
-    the conversation, so the policy endpoint builds this in a worker thread and keeps only the
-    insert for its event loop."""
+    """One policy turn redacted and encoded into its column values, and the context it leaves for
+    the next turn (`context`), which the policy endpoint keeps instead of reading it back."""
 
     model: str
     checkpoint_step: int | None

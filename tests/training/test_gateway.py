@@ -189,8 +189,8 @@ def test_a_turn_into_an_episode_ended_elsewhere_is_refused_and_not_recorded(
 
 
 def test_a_turn_waits_for_another_writer_instead_of_failing(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
-    """The turn is written in place when the log is free; when another process holds the write
-    lock it is written from a worker thread once the lock is released, not dropped or failed."""
+    """When another process holds the log's write lock, the turn is written once the lock is
+    released (within `busy_timeout`), not dropped or failed."""
     gateway, http, _ = setup
     episode_id = http.post("/episodes", json={"task": "t"}).json()["episode_id"]
     body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
