@@ -142,18 +142,15 @@ class PolicyTurns:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def add_policy_turn(
-        self, episode_id: str, turn: EncodedTurn, *, wait: bool = True, open_policy_only: bool = False
-    ) -> int:
+    def add_policy_turn(self, episode_id: str, turn: EncodedTurn, *, open_policy_only: bool = False) -> int:
         """Record one completion sampled from the policy (`EncodedTurn.of` says what is redacted);
-        returns its id once committed. `open_policy_only`: only into an
-        open policy episode, else `PolicyTurnRefused` (the policy endpoint checks this here, in the
-        write, instead of reading the episode before every turn). `wait=False` raises `StoreBusy`
-        rather than wait for another writer (see `Database`)."""
+        returns its id once committed. `open_policy_only`: only into an open policy episode, else
+        `PolicyTurnRefused` (the policy endpoint checks this here, in the write, instead of reading
+        the episode before every turn)."""
         check_episode_id(episode_id)
         now = time.time()
         condition = " AND source = 'policy' AND status = 'open'" if open_policy_only else ""
-        with self.db.transaction(write=True, wait=wait) as cur:
+        with self.db.transaction(write=True) as cur:
             row = cur.execute(
                 "INSERT INTO policy_turns (episode_id, model, checkpoint_step, request, choice, prompt_token_ids,"
                 " completion_token_ids, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
