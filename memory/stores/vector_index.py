@@ -110,6 +110,7 @@ class VectorIndex:
         out.paths = (self.paths if unchanged else [self.paths[i] for i in kept]) + paths
         out.languages = (self.languages if unchanged else [self.languages[i] for i in kept]) + langs
         old = self.vectors(None if unchanged else kept)
+        rows: Matrix | None = None  # built once, for the fit and then kept, when refitting
         if len(out.ids) > self.exact_up_to:
             if self.fitted_on_rows and len(out.ids) < REFIT_GROWTH * self.fitted_on_rows:
                 out.fitted_on_rows, out.projection = self.fitted_on_rows, self.projection
@@ -118,12 +119,13 @@ class VectorIndex:
                     out.reduced = np.concatenate([reduced, self.projection.reduce(new.T)], axis=1)
             else:
                 out.fitted_on_rows = len(out.ids)
-                out.projection = Projection.fit(np.concatenate([old, new.T], axis=1))
+                rows = np.concatenate([old.T, new])
+                out.projection = Projection.fit(rows.T)
         if out.projection is None:
             out.columns = np.concatenate([old, new.T], axis=1)
             return out
         out.columns = None
-        out.rows = np.concatenate([old.T, new])
+        out.rows = rows if rows is not None else np.concatenate([old.T, new])
         if out.reduced is None:
             out.reduced = out.projection.reduce(out.rows.T)
         return out
