@@ -77,13 +77,13 @@ class WorkspaceHub:
         """The workspace root for `path` (default: the served workspace), if it is allowed."""
         if path is None or not path.strip():
             return self.default_root
-        candidate = Path(path).expanduser()
-        if not candidate.is_absolute():
-            candidate = self.default_root / candidate
         try:
+            candidate = Path(path).expanduser()
+            if not candidate.is_absolute():
+                candidate = self.default_root / candidate
             resolved = candidate.resolve()
             is_dir = resolved.is_dir()
-        except (OSError, RuntimeError, ValueError) as exc:  # too long; a symlink loop (3.11); a NUL byte
+        except (OSError, RuntimeError, ValueError) as exc:  # too long; `~user` unknown or a symlink loop; a NUL byte
             reason = getattr(exc, "strerror", None) or exc
             message = f"{path[:200]!r} cannot be used as a folder ({reason}): pass a project folder"
             raise PathNotAllowed(message) from exc

@@ -70,9 +70,10 @@ async def test_paths_outside_the_workspace_are_refused(client: Client, path: str
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("path", ["x" * 1000, "loop", "loop/inner", "\x00", "src\x00/x"])
+@pytest.mark.parametrize("path", ["x" * 1000, "loop", "loop/inner", "\x00", "src\x00/x", "~0", "~no_such_user_rlide"])
 async def test_unusable_paths_are_a_clear_error(client: Client, path: str) -> None:
-    """Found by fuzzing: a name too long for the filesystem, or a NUL byte, crashed the tools."""
+    """Found by fuzzing: a name too long for the filesystem, a NUL byte, or `~user` for a user that
+    does not exist crashed the tools."""
     for tool, args in (
         ("index_workspace", {"path": path}),
         ("search_code", {"query": "x", "workspace": path}),
