@@ -309,9 +309,7 @@ class Server:
         """Kill every process the run left behind, then reap them (we are PID 1 / subreaper).
         `exiting`: the run's child, already SIGKILLed and being torn down: not waited for here
         (see `wait_exiting`). Once kill() returns it cannot fork: the kernel fails a fork with a
-        fatal signal pending, and a child forked before the signal is visible to the scan. Its
-        own children are not ours until its teardown ends, so the quick check cannot vouch for
-        them: with an exiting child the whole scan runs."""
+        fatal signal pending, and a child forked before the signal is visible to the scan."""
         if not reaped and exiting is None:
             # The child itself first, by pid: a cancel or limit can land before it has called
             # setsid() or dropped its uid, when neither the group nor the uid sweep below would
@@ -319,7 +317,7 @@ class Server:
             for kill in (os.kill, os.killpg):
                 with contextlib.suppress(OSError):
                     kill(child_pid, signal.SIGKILL)
-        if self.sweep_mode != "pgroup" and (exiting is not None or not self.only_spare_left()):
+        if self.sweep_mode != "pgroup" and not self.only_spare_left(exiting):
             # Until a scan finds none alive: killed processes stay in the scan until they are
             # zombies, and one forked just before its parent was killed shows up a scan later.
             # Bounded by time, not by a count of scans: a count ran out in 0.1 s once scans got fast.
@@ -335,17 +333,30 @@ class Server:
                 self.reap()
         self.reap()
 
-    def only_spare_left(self) -> bool:
-        """True when no process but the waiting spare descends from this server: one read of our
-        children instead of a scan of /proc (0.7 ms of a trivial run). Complete because we are a
-        subreaper: whatever a run forked and left behind is reparented to us, not lost. Zombies
-        still count, so the full sweep below reaps them."""
+    def only_spare_left(self, exiting: int | None) -> bool:
+        """True when no process but the waiting spare (and `exiting`) descends from this server:
+        a read or two of children lists instead of a scan of /proc (0.5-0.7 ms of a trivial run).
+        Complete because we are a subreaper: whatever a run forked and left behind is reparented
+        to us, not lost, except while `exiting` still holds its own children. So its list is read
+        first: a child reparented between the two reads is in ours. Zombies still count, so the
+        full sweep reaps them."""
         me = os.getpid()
         try:
+            if exiting is not None and self.holds_children(exiting):
+                return False
             children = {int(pid) for pid in read_proc(f"/proc/{me}/task/{me}/children").split()}
         except OSError:  # a kernel without CONFIG_PROC_CHILDREN: scan
             return False
-        return children <= ({self.spare.pid} if self.spare else set())
+        return children <= {self.spare.pid if self.spare else -1, exiting}
+
+    @staticmethod
+    def holds_children(pid: int) -> bool:
+        """Whether `pid` (killed, being torn down) may still have children of its own. A process of
+        several threads may: each thread keeps its own children list, and reading them all is not
+        atomic, so only a single-threaded one with an empty list is vouched for."""
+        if os.listdir(f"/proc/{pid}/task") != [str(pid)]:  # not its status: that waits on the teardown
+            return True
+        return bool(read_proc(f"/proc/{pid}/task/{pid}/children").strip())
 
     def leftovers(self, exiting: int | None) -> list[int]:
         """Live processes a run may have left: of the sandbox uid (uid mode), else any in the

@@ -258,6 +258,32 @@ async def test_leftover_processes_are_killed(sandbox: BwrapSandbox) -> None:
     assert result.status is RunStatus.OK and result.stdout == "parent done\n"
 
 
+FORKS_A_SLEEPER = """
+    import os, threading, time
+    def fork_a_sleeper():
+        if os.fork() == 0:
+            time.sleep(1000)
+            os._exit(0)
+    {starter}
+    time.sleep(0.2)
+    print("main done")
+"""
+
+
+@pytest.mark.parametrize(
+    "starter",
+    ["fork_a_sleeper()", "threading.Thread(target=lambda: (fork_a_sleeper(), time.sleep(60)), daemon=True).start()"],
+)
+async def test_a_process_the_program_leaves_is_killed_when_it_ends(sandbox: BwrapSandbox, starter: str) -> None:
+    # The server answers a finished program without scanning /proc when neither it nor the run's
+    # child holds other processes. The child's own children count, and a process forked by a
+    # thread is on that thread's children list, not the main thread's: both must be found.
+    code = textwrap.dedent(FORKS_A_SLEEPER).format(starter=starter)
+    for _ in range(3):
+        result = await run(sandbox, code)  # `run` asserts no sandbox-uid process is left on the host
+        assert result.status is RunStatus.OK and result.stdout == "main done\n"
+
+
 async def test_a_finished_runs_process_is_gone_before_the_next_run(sandbox: BwrapSandbox) -> None:
     # The server answers as soon as a Python run reports its exit code, while the kernel still
     # tears the child down; it must be reaped before the next program starts. Threads that are
