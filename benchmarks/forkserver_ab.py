@@ -2,10 +2,12 @@
 
 Two warm `bwrap` sandboxes in one process, one running `envpool/sandbox/forkserver.py` as it is in
 the working tree and one running it as it was at `--baseline` (a git ref), take turns: each round
-runs one trivial program in each. On a shared VM whose speed drifts by 2x within minutes, only
-such a pairing says whether a change to the fork-server helped.
+runs a block of trivial programs in each (`--block`, 50 by default). On a shared VM whose speed
+drifts by 2x within minutes, only such a pairing says whether a change to the fork-server helped.
+Blocks rather than single alternating runs: with `--gap-ms 0`, work a server does after its answer
+would otherwise land on the other variant's run.
 
-    python -P benchmarks/forkserver_ab.py [--baseline 8f0cb3a] [--runs 600] [--gap-ms 0 5]
+    python -P benchmarks/forkserver_ab.py [--baseline 8f0cb3a] [--runs 600] [--gap-ms 0 5] [--block 50]
 
 Per variant and gap: end-to-end p10/p50/p90 as the caller sees it, and the time inside the server
 from handing the run to its child until the child exited (`duration_ms`).
@@ -41,6 +43,15 @@ def sandbox_running(script: Path) -> BwrapSandbox:
     return sb
 
 
+def time_one_run(sb: BwrapSandbox, request: RunRequest, e2e: list[float], inside: list[float]) -> None:
+    started = time.perf_counter()
+    result = sb.run(request)
+    e2e.append((time.perf_counter() - started) * 1000)
+    inside.append(result.duration_ms)
+    if not result.ok:
+        raise RuntimeError(f"{result.status} {result.detail}")
+
+
 def figures(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {
@@ -55,6 +66,7 @@ def main() -> None:
     parser.add_argument("--baseline", default="8f0cb3a", help="git ref of the fork-server to compare against")
     parser.add_argument("--runs", type=int, default=600)
     parser.add_argument("--gap-ms", type=float, nargs="+", default=[0.0, 5.0])
+    parser.add_argument("--block", type=int, default=50, help="runs in a row on one variant")
     args = parser.parse_args()
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
 
@@ -71,6 +83,7 @@ def main() -> None:
         request = RunRequest(code="pass")
         report: dict[str, Any] = {
             "baseline": args.baseline,
+            "block": args.block,
             "cpus": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
@@ -78,15 +91,11 @@ def main() -> None:
             for gap in args.gap_ms:
                 e2e: dict[str, list[float]] = {name: [] for name in boxes}
                 inside: dict[str, list[float]] = {name: [] for name in boxes}
-                for _ in range(args.runs):
+                for _ in range(max(1, args.runs // args.block)):
                     for name, sb in boxes.items():
-                        started = time.perf_counter()
-                        result = sb.run(request)
-                        e2e[name].append((time.perf_counter() - started) * 1000)
-                        inside[name].append(result.duration_ms)
-                        if not result.ok:
-                            raise RuntimeError(f"{name}: {result.status} {result.detail}")
-                        time.sleep(gap / 1000)
+                        for _ in range(args.block):
+                            time_one_run(sb, request, e2e[name], inside[name])
+                            time.sleep(gap / 1000)
                 report[f"gap_{gap:g}ms"] = {
                     name: {"end_to_end": figures(e2e[name]), "inside_server": figures(inside[name])} for name in boxes
                 }
