@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
+# Word bytes stay, every other byte (punctuation, UTF-8 of non-ASCII text) becomes a space: a word
+# is a run of ASCII letters, digits and underscores. One C pass over the text, then bytes.split().
+_WORD_BYTES = bytes(b if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else 32 for b in range(256))
+_DIGITS = b"0123456789"
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 # English glue words plus code words present in nearly every chunk: matching them costs time
@@ -123,16 +126,25 @@ def _expand(word: str) -> str:
     return " ".join(out)
 
 
-class _Expansions(dict[str, str]):
-    """word -> `_expand(word)`, filled on first sight. Identifiers repeat endlessly across a code
-    base: half the standard library (19 MB) has 117k distinct words. A plain dict lookup from C
-    (`map` over `__getitem__`) keeps tokenizing close to the cost of the regex itself; an
+def _expand_word(word: bytes) -> bytes:
+    """`_expand` of one word; a leading run of digits is a number of its own: `2to3` is 2, to3."""
+    rest = word.lstrip(_DIGITS)
+    if not rest or len(rest) == len(word):
+        return _expand(word.decode()).encode()
+    number = _expand(word[: len(word) - len(rest)].decode())
+    return " ".join(filter(None, (number, _expand(rest.decode())))).encode()
+
+
+class _Expansions(dict[bytes, bytes]):
+    """word -> `_expand_word(word)`, filled on first sight. Identifiers repeat endlessly across a
+    code base: half the standard library (19 MB) has 117k distinct words. A plain dict lookup from
+    C (`map` over `__getitem__`) keeps tokenizing close to the cost of splitting the text; an
     `lru_cache` of tuples was 22% slower. Emptied when full rather than evicting one by one."""
 
-    def __missing__(self, word: str) -> str:
+    def __missing__(self, word: bytes) -> bytes:
         if len(self) >= EXPANSIONS_KEPT:
             self.clear()
-        value = self[word] = _expand(word)
+        value = self[word] = _expand_word(word)
         return value
 
 
@@ -142,8 +154,11 @@ _EXPANSIONS = _Expansions()
 
 def token_string(text: str) -> str:
     """Tokens of `text` joined by spaces, as the stores index them: each identifier lowercased
-    whole, then its parts, all lightly stemmed (the loop stays in C)."""
-    return " ".join(filter(None, map(_EXPANSIONS.__getitem__, _WORD.findall(text))))
+    whole, then its parts, all lightly stemmed. In bytes, so the loop stays in C: 40% less CPU than
+    a regex `findall` over str for the same tokens. `surrogatepass`: a query may hold lone
+    surrogates (valid JSON); like any non-ASCII text they only separate words."""
+    words = text.encode("utf-8", "surrogatepass").translate(_WORD_BYTES).split()
+    return b" ".join(filter(None, map(_EXPANSIONS.__getitem__, words))).decode()
 
 
 def code_tokens(text: str) -> list[str]:

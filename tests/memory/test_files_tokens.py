@@ -16,6 +16,13 @@ def test_identifier_splitting() -> None:
     assert query_tokens("user user USER") == ["user"]
 
 
+def test_words_are_ascii_runs_and_a_leading_number_stands_alone() -> None:
+    # Non-ASCII letters (and lone surrogates, which a JSON query may carry) only separate words;
+    # `2to3` is the number 2 (too short to keep) and the identifier `to3`.
+    text = "2to3 caf\u00e9Latte x\ud800y 0x1F 1_000 __init__ \u00fcn\u00efcode_name 42"
+    assert token_string(text) == "to3 caf latte x1f 000 init code_name code name 42"
+
+
 def test_remembered_expansions_stay_bounded_and_correct(monkeypatch: pytest.MonkeyPatch) -> None:
     from memory import tokens
 
