@@ -14,11 +14,9 @@ if TYPE_CHECKING:
 
 
 def cli_settings() -> Settings:
-    from pydantic import ValidationError
-
     try:
         return load_settings()
-    except ValidationError as exc:
+    except ValueError as exc:  # pydantic ValidationError, SettingsError (a variable not JSON), a bad path
         raise typer.BadParameter(f"invalid rlide settings (RLIDE_* variables or rlide.toml):\n{exc}") from exc
 
 

@@ -13,13 +13,14 @@ from mcp_server.cli_common import cli_settings, fail
 
 
 def _service(workspace: Path) -> Any:
+    from mcp_server.settings import expand_path
     from mcp_server.workspaces import memory_config
     from memory.errors import RlideMemoryError
     from memory.service import MemoryService
 
     try:
-        return MemoryService(memory_config(cli_settings(), workspace.expanduser().resolve()))
-    except RlideMemoryError as exc:
+        return MemoryService(memory_config(cli_settings(), expand_path(workspace)))
+    except (RlideMemoryError, ValueError) as exc:
         raise fail(str(exc)) from exc
 
 

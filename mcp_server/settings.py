@@ -25,11 +25,21 @@ from training.http_auth import requires_token
 DEFAULT_HOME = Path("~/.local/share/rlide")
 
 
+def expand_path(path: Path) -> Path:
+    """`path` with `~` expanded, made absolute and resolved; a `ValueError` that says why when it
+    cannot be (`~name` of an unknown user, a symlink loop), so that pydantic reports it as a bad
+    setting instead of crashing."""
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError) as exc:
+        raise ValueError(f"{str(path)[:200]!r} cannot be used as a path ({exc})") from exc
+
+
 def config_file() -> Path:
     explicit = os.environ.get("RLIDE_CONFIG")
     if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("RLIDE_HOME", str(DEFAULT_HOME))).expanduser() / "rlide.toml"
+        return expand_path(Path(explicit))
+    return expand_path(Path(os.environ.get("RLIDE_HOME", str(DEFAULT_HOME)))) / "rlide.toml"
 
 
 class Settings(BaseSettings):
@@ -98,12 +108,12 @@ class Settings(BaseSettings):
     @field_validator("home", "log_file", "workspace", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
-        return None if value is None else value.expanduser().resolve()
+        return None if value is None else expand_path(value)
 
     @field_validator("allowed_roots", mode="after")
     @classmethod
     def _expand_all(cls, value: list[Path]) -> list[Path]:
-        return [p.expanduser().resolve() for p in value]
+        return [expand_path(p) for p in value]
 
     @property
     def served_workspace(self) -> Path:

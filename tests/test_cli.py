@@ -134,6 +134,23 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
     assert (hit["path"], hit["start_line"], hit["end_line"]) == ("reward.py", 1, 3)
 
 
+def test_paths_that_cannot_be_expanded_are_clear_errors(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    unknown_user = "~no_such_user_rlide/project"
+    indexed = runner.invoke(app, ["index", unknown_user])
+    assert indexed.exit_code == 1 and isinstance(indexed.exception, SystemExit), indexed.exception
+    assert "cannot be used as a path" in indexed.stderr
+    for variable, value in [
+        ("RLIDE_HOME", unknown_user),
+        ("RLIDE_CONFIG", unknown_user),
+        ("RLIDE_ALLOWED_ROOTS", "[1, 2"),  # not JSON
+    ]:
+        with monkeypatch.context() as env:
+            env.setenv(variable, value)
+            checked = runner.invoke(app, ["doctor"])
+        assert checked.exit_code == 2 and isinstance(checked.exception, SystemExit), (variable, checked.exception)
+        assert "invalid rlide settings" in checked.stderr, variable
+
+
 def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     pytest.importorskip("torch", reason="the training extra is not installed")
     result = runner.invoke(app, ["eval", "--limit", "1", "--max-tokens", "8"])
