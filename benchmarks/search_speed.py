@@ -114,7 +114,7 @@ def _dense_figures(
     search alone, query embedding excluded, the two interleaved)."""
     assert isinstance(svc.store, SQLiteStore)
     svc.store.vector_search(model.embed_query("warm up"), 10, Filters())
-    index = svc.store._vectors
+    index = svc.store.dense_index()
     figures: dict[str, Any] = {
         "vectors": len(index.ids),
         "mode": "exact" if index.projection is None else "prefilter",

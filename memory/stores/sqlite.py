@@ -377,9 +377,14 @@ class SQLiteStore:
             fresh.version = version
             self._vectors = fresh
 
-    def _vector_scores(self, vector: FloatArray, depth: int, filters: Filters) -> list[tuple[int, float]]:
+    def dense_index(self) -> VectorIndex:
+        """The vectors dense search scans now (a snapshot: never changed once returned), e.g. to
+        report whether it prefilters on principal components."""
         self._refresh_vectors()
-        index = self._vectors
+        return self._vectors
+
+    def _vector_scores(self, vector: FloatArray, depth: int, filters: Filters) -> list[tuple[int, float]]:
+        index = self.dense_index()
         if not len(index.ids):
             return []
         among = None

@@ -140,9 +140,9 @@ def test_sqlite_store_prefilters_vectors_it_reads_back(tmp_path: Path) -> None:
     writer.set_vectors([p.chunk_id for p in pending], vectors)
     reader = SQLiteStore(path, model_id="m", dim=DIM, exact_up_to=500)
     exact = SQLiteStore(path, model_id="m", dim=DIM, exact_up_to=10**9)
+    assert reader.dense_index().projection is not None and exact.dense_index().projection is None
     for query in _embedding_like(10, seed=12):
         prefiltered = reader.vector_search(query, 10, Filters())
-        assert reader._vectors.projection is not None
         assert [h.chunk_id for h in prefiltered] == [h.chunk_id for h in exact.vector_search(query, 10, Filters())]
     for store in (writer, reader, exact):
         store.close()
