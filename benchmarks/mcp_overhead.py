@@ -89,8 +89,9 @@ def _store_add_step_us(n: int) -> dict[str, float]:
         samples = []
         for i in range(n):
             start = time.perf_counter()
-            store.add_step(episode.id, tool="echo", arguments={"text": f"hi {i}"}, result_summary="hi", error=None,
-                           duration_ms=0.1)
+            store.add_step(
+                episode.id, tool="echo", arguments={"text": f"hi {i}"}, result_summary="hi", error=None, duration_ms=0.1
+            )
             samples.append((time.perf_counter() - start) * 1e6)
         store.close()
     return {"p50_us": statistics.median(samples), "p99_us": _percentile(samples, 0.99)}
@@ -113,8 +114,11 @@ def main() -> None:
                 samples[variant] += anyio.run(_time_calls, variant, args.calls, home)
 
     def stats(values: list[float]) -> dict[str, float]:
-        return {"p50_us": round(statistics.median(values), 1), "p99_us": round(_percentile(values, 0.99), 1),
-                "mean_us": round(statistics.fmean(values), 1)}
+        return {
+            "p50_us": round(statistics.median(values), 1),
+            "p99_us": round(_percentile(values, 0.99), 1),
+            "mean_us": round(statistics.fmean(values), 1),
+        }
 
     figures = {v: stats(samples[v]) for v in VARIANTS}
     bare, rlide, nolog = (figures[v]["p50_us"] for v in VARIANTS)

@@ -50,8 +50,12 @@ async def session(era: str) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--era", choices=["legacy", "modern"], default="legacy",
-                        help="legacy: the 2025-11-25 handshake IDE hosts use today; modern: 2026-07-28")
+    parser.add_argument(
+        "--era",
+        choices=["legacy", "modern"],
+        default="legacy",
+        help="legacy: the 2025-11-25 handshake IDE hosts use today; modern: 2026-07-28",
+    )
     args = parser.parse_args()
     episode = anyio.run(session, args.era)
     json.dump(episode, sys.stdout, indent=2, ensure_ascii=False)

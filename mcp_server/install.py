@@ -299,9 +299,7 @@ def _merge(config: dict[str, Any], fmt: _Format, name: str, entry: dict[str, Any
     # Variables a user added to our entry (API keys for a scale-out backend, say) stay; only
     # the ones rlide sets are ours to change or drop.
     old_env = old.get("env")
-    user_env = (
-        {k: v for k, v in old_env.items() if k not in _MANAGED_ENV} if isinstance(old_env, dict) else {}
-    )
+    user_env = {k: v for k, v in old_env.items() if k not in _MANAGED_ENV} if isinstance(old_env, dict) else {}
     if user_env:
         new["env"] = {**user_env, **entry.get("env", {})}
     servers[name] = new
@@ -399,7 +397,5 @@ def install(
             f"nothing was changed. Run `rlide install {host.value}` again."
         ) from None
     except OSError as exc:
-        raise InstallError(
-            f"could not write {path}: {exc.strerror or exc}; the file was not changed."
-        ) from exc
+        raise InstallError(f"could not write {path}: {exc.strerror or exc}; the file was not changed.") from exc
     return InstallResult(path=path, action=action, backup=backup, config=merged, notes=notes)

@@ -91,9 +91,7 @@ def build_stores(config: MemoryConfig, model_id: str, dim: int, *, http_client: 
         from memory.stores.sqlite import SQLiteStore
 
         return (
-            SQLiteStore(
-                config.resolved_index_path(), model_id=model_id, dim=dim, exact_up_to=config.dense_exact_up_to
-            ),
+            SQLiteStore(config.resolved_index_path(), model_id=model_id, dim=dim, exact_up_to=config.dense_exact_up_to),
             SQLiteStore(
                 config.resolved_solutions_path(), model_id=model_id, dim=dim, exact_up_to=config.dense_exact_up_to
             ),

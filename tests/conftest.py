@@ -23,6 +23,7 @@ pytest_plugins = ["tests.postgres_server", "tests.envpool.docker_engine"]
 def anyio_backend() -> str:
     return "asyncio"
 
+
 RLIDE_EXE = Path(sys.executable).parent / "rlide"
 """The `rlide` console script of the virtualenv running the tests."""
 

@@ -18,7 +18,11 @@ def test_scripted_ide_session(era: str, tmp_path: Path) -> None:
     env = {**os.environ, "RLIDE_HOME": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "ide_session.py"), "--era", era],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     episode = json.loads(done.stdout)

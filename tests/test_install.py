@@ -78,8 +78,7 @@ MACOS = {
     Host.cursor: ".cursor/mcp.json",
     Host.claude_code: ".claude.json",
     Host.vscode: "Library/Application Support/Code/User/mcp.json",
-    Host.roopik: "Library/Application Support/Roopik/User/globalStorage/roopik.roopik-dio/settings/"
-    "mcp_settings.json",
+    Host.roopik: "Library/Application Support/Roopik/User/globalStorage/roopik.roopik-dio/settings/mcp_settings.json",
 }
 WINDOWS = {
     Host.claude_desktop: "AppData/Roaming/Claude/claude_desktop_config.json",
@@ -269,9 +268,7 @@ def test_bad_file_is_refused_and_untouched(
 
 
 @pytest.mark.parametrize("host", [h for h in Host if h is not Host.vscode])
-def test_comments_are_refused_where_the_host_rejects_them(
-    host: Host, home: Path, launch: ServerLaunch
-) -> None:
+def test_comments_are_refused_where_the_host_rejects_them(host: Host, home: Path, launch: ServerLaunch) -> None:
     path = user_path(host, home)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('// mine\n{"mcpServers": {}}\n')
@@ -430,9 +427,7 @@ def test_default_launch_is_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
         assert launch.args == ["-m", "mcp_server", "serve"]
 
 
-def test_default_launch_passes_rlide_home_as_absolute(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_default_launch_passes_rlide_home_as_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RLIDE_HOME", "state")
     assert default_launch().env == {"RLIDE_HOME": str(tmp_path / "state")}

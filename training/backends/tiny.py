@@ -34,7 +34,7 @@ def _corpus(seed: int, lines: int = 400) -> list[str]:
         "self", "true", "false", "none", "and", "or", "not", "the", "a", "to", "of", "is", "write", "number",
         "digits", "letters", "answer", "task", "test", "code", "function", "value", "list", "tool", "call",
         "user", "assistant", "system", "yes", "no", "ok", "error", "pass", "fail", "reward", "episode",
-    ]
+    ]  # fmt: skip
     out = []
     for _ in range(lines):
         parts = [rng.choice(words) for _ in range(rng.randint(3, 9))]
