@@ -8,10 +8,10 @@ Per run it uses one child forked from an interpreter that already imported the c
 a trivial Python program costs a few milliseconds instead of a 20 ms interpreter start. The child
 for the next run is forked ahead, while the current one runs when requests come back to back (and
 there is a uid to drop to), otherwise right after the answer. It does everything that does not
-depend on the request while it waits: new session
-and process group, its pipes, a fresh workspace directory, Python's stdio objects and environment.
-Forking and that set-up were 2-3 ms of the 4.7 ms a trivial run took inside the server (the
-page-table copy, then ~500 copy-on-write faults).
+depend on the request while it waits: new session and process group, its pipes, a fresh workspace
+directory, and pointing Python's stdio objects and environment (made once, in the server: see
+`PythonProgram`) at them. Forking and that set-up were 2-3 ms of the 4.7 ms a trivial run took
+inside the server (the page-table copy, then ~500 copy-on-write faults).
 When the request arrives on its control pipe the child sets its limits, drops to the unprivileged
 uid, writes the files and either exec()s the program in a fresh `__main__` (python) or execve()s
 sh/node. A Python child reports its exit code on a status pipe once the program has finished and
@@ -144,26 +144,47 @@ EXIT_CODE = struct.Struct(">i")
 
 
 class PythonProgram:
-    """A fresh `__main__` in the warm interpreter of a forked child. The constructor does what every
-    run needs (stdio objects, the environment, `sys.argv`), before the request arrives."""
+    """A fresh `__main__` in the warm interpreter of a forked child.
 
-    def __init__(self, ws: str, env: Json) -> None:
+    Made once, in the server before it forks: the environment every run starts from, the stdio
+    objects over fds 0-2 (which each child points at its own pipes before using them) and the
+    `exit`/`quit` builtins. A child that made these itself took ~2 ms and ~200 copy-on-write
+    faults (importing `_sitebuiltins` alone, which `-S` leaves out, was 0.7 ms). The server never
+    uses them: each child inherits them unused."""
+
+    def __init__(self, env: Json) -> None:
         import _sitebuiltins
-        import builtins
 
         os.environ.clear()
         os.environ.update(env)
-        sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", errors="replace", closefd=False)  # type: ignore[misc]  # noqa: SIM115
-        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # type: ignore[misc]  # noqa: SIM115
-        sys.stderr = sys.__stderr__ = open(  # type: ignore[misc]  # noqa: SIM115  (live until exit)
-            2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1
+        self.env = dict(env)
+        # closefd=False: the server's own fds 0 and 1 are its protocol pipes, never to be closed.
+        self.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        self.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+        self.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)  # noqa: SIM115
+        self.quitters = (
+            _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)"),
+            _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)"),
         )
+        self.ws = ""
+        self.base_env: Json = {}
+
+    def enter(self, ws: str) -> Json:
+        """In the child, once its fds 0-2 are the run's pipes: make this process the run's Python.
+        Returns the run's environment."""
+        import builtins
+
+        env = {**self.env, "HOME": ws, "TMPDIR": ws}
+        os.environ["HOME"] = os.environ["TMPDIR"] = ws
+        sys.stdin = sys.__stdin__ = self.stdin  # type: ignore[misc]
+        sys.stdout = sys.__stdout__ = self.stdout  # type: ignore[misc]
+        sys.stderr = sys.__stderr__ = self.stderr  # type: ignore[misc]
         sys.argv = ["main.py"]
         sys.path[0] = ws
-        builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
-        builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+        builtins.exit, builtins.quit = self.quitters
         self.ws = ws
-        self.base_env = dict(env)
+        self.base_env = dict(env)  # the caller adds the request's variables to the one returned
+        return env
 
     def run(self, source: str, env: Json) -> int:
         import builtins
@@ -221,6 +242,15 @@ class Server:
         self.exiting: int | None = None  # pidfd of the last run's child while the kernel tears it down
         self.answered_at = -BACK_TO_BACK_S  # monotonic time the last answer went out
         self.back_to_back = False  # the current request came right after the last answer
+        env = {
+            "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
+        if os.path.isdir(TOOLS_SITE):
+            env["PYTHONPATH"] = TOOLS_SITE  # pytest and friends, read-only (see bwrap.py)
+        self.python = PythonProgram(env)
         # Answering on the child's report means scanning /proc for what it left (see sweep): cheap
         # in a sandbox's own PID namespace, ~5 ms over a whole host's processes (unsafe-local).
         self.answer_on_report = own_pidns
@@ -242,17 +272,8 @@ class Server:
             os.closerange(STATUS_FD + 1, 65536)
             os.chdir(ws)
             os.umask(0o077)
-            env = {
-                "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
-                "HOME": ws,
-                "TMPDIR": ws,
-                "LANG": "C.UTF-8",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONIOENCODING": "utf-8",
-            }
-            if os.path.isdir(TOOLS_SITE):
-                env["PYTHONPATH"] = TOOLS_SITE  # pytest and friends, read-only (see bwrap.py)
-            program = PythonProgram(ws, env)
+            program = self.python
+            env = program.enter(ws)
             try:
                 req = read_frame(3)
             except EOFError:  # the server is shutting down: this spare was never used

@@ -93,6 +93,29 @@ def test_files_stdin_and_languages(sandbox: BwrapSandbox) -> None:
     assert result.status is RunStatus.ERROR and result.exit_code == 4 and result.stdout == "hi\n"
 
 
+PYTHON_LIKE_A_SCRIPT = """
+import os, sys
+line = input()
+print(line, sys.argv, os.getcwd() == os.environ["HOME"] == os.environ["TMPDIR"], os.environ.get("EXTRA"))
+print(sorted(os.listdir(".")), file=sys.stderr)
+exit(4)
+"""
+
+
+@requires_bwrap
+def test_a_python_run_is_set_up_like_a_script_of_its_own(sandbox: BwrapSandbox) -> None:
+    # The stdio objects, environment and exit() come ready-made from the server; each run must
+    # still read its own stdin, have its own workspace as HOME and TMPDIR, and see only its env.
+    seen = []
+    for n, extra in ((1, "a"), (2, None)):
+        env = {"EXTRA": extra} if extra else {}
+        result = sandbox.run(RunRequest(code=PYTHON_LIKE_A_SCRIPT, stdin=f"line {n}\n", env=env, files={f"f{n}": ""}))
+        assert (result.status, result.exit_code) == (RunStatus.ERROR, 4), result
+        assert result.stdout == f"line {n} ['main.py'] True {extra}\n"
+        seen.append(result.stderr)
+    assert seen == ["['f1']\n", "['f2']\n"]
+
+
 @requires_bwrap
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_node(sandbox: BwrapSandbox) -> None:
