@@ -29,9 +29,11 @@ Modes: `serve` (default; loop over requests) and `--once` (one request, for fres
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
 import json
+import linecache
 import os
 import resource
 import select
@@ -40,7 +42,10 @@ import shutil
 import signal
 import struct
 import sys
+import threading
 import time
+import traceback
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,14 +171,15 @@ class PythonProgram:
             _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)"),
             _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)"),
         )
-        self.ws = ""
         self.base_env: Json = {}
+        self.main = types.ModuleType("__main__")
+        self.displaced: tuple[object, ...] = ()
 
     def enter(self, ws: str) -> Json:
-        """In the child, once its fds 0-2 are the run's pipes: make this process the run's Python.
-        Returns the run's environment."""
-        import builtins
-
+        """In the child, once its fds 0-2 are the run's pipes: make this process the run's Python,
+        with a fresh `__main__`. Returns the run's environment."""
+        # Kept alive, not freed: freeing the server's objects in a child only costs page faults.
+        self.displaced = (sys.stdin, sys.stdout, sys.stderr, sys.modules.get("__main__"))
         env = {**self.env, "HOME": ws, "TMPDIR": ws}
         os.environ["HOME"] = os.environ["TMPDIR"] = ws
         sys.stdin = sys.__stdin__ = self.stdin  # type: ignore[misc]
@@ -182,29 +188,22 @@ class PythonProgram:
         sys.argv = ["main.py"]
         sys.path[0] = ws
         builtins.exit, builtins.quit = self.quitters
-        self.ws = ws
+        self.main = types.ModuleType("__main__")
+        self.main.__dict__["__builtins__"] = builtins
+        self.main.__dict__["__file__"] = os.path.join(ws, "main.py")
+        sys.modules["__main__"] = self.main
         self.base_env = dict(env)  # the caller adds the request's variables to the one returned
         return env
 
     def run(self, source: str, env: Json) -> int:
-        import builtins
-        import linecache
-        import threading
-        import traceback
-        import types
-
         if env != self.base_env:  # the request added variables
             os.environ.update(env)
         # The server runs with -I -S; give the program what a normal `python3 main.py` would have.
         sys.path[1:1] = [p for p in env.get("PYTHONPATH", "").split(":") if p]
-        main = types.ModuleType("__main__")
-        main.__dict__["__builtins__"] = builtins
-        main.__dict__["__file__"] = os.path.join(self.ws, "main.py")
-        sys.modules["__main__"] = main
         linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
         status = 0
         try:
-            exec(compile(source, "main.py", "exec"), main.__dict__)
+            exec(compile(source, "main.py", "exec"), self.main.__dict__)
             threading._shutdown()  # type: ignore[attr-defined]  # join non-daemon threads like a real exit
         except SystemExit as exc:
             if exc.code is None:
