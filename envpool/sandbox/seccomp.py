@@ -1,15 +1,18 @@
-"""A small seccomp-BPF deny-list for the bwrap sandbox (x86_64), handed to `bwrap --seccomp FD`.
+"""A small seccomp-BPF deny-list for the bwrap sandbox, handed to `bwrap --seccomp FD`.
 
 Why: the namespaces hide the host, but every syscall still reaches the host kernel. The filter
 removes the riskiest kernel surface a program has no business with: creating namespaces (user
 namespaces would give the run capabilities over new kernel objects), mounting, ptrace, keyrings,
-BPF, perf, io_uring, module loading, kexec, and the non-native syscall ABIs (i386 `int 0x80`,
-x32) that could sidestep a filter written for x86_64. Denied calls fail with EPERM (ENOSYS for
-clone3/io_uring so libc and libuv fall back to clone/epoll) rather than killing the process, so
-programs that merely probe for a feature keep working.
+BPF, perf, io_uring, module loading, kexec, and the non-native syscall ABIs (i386 `int 0x80`, x32,
+32-bit ARM) that could sidestep a filter written for the native one (x86_64, aarch64, riscv64).
+Denied calls fail with EPERM (ENOSYS for clone3/io_uring so libc and libuv fall back to
+clone/epoll) rather than killing the process, so programs that merely probe for a feature keep
+working.
 
 The filter applies to the fork-server too; it needs none of these calls. Other architectures get
-no filter (logged): the namespaces and limits still apply.
+no filter (logged): the namespaces and limits still apply. The aarch64 and riscv64 filters are
+checked against the kernel's headers and run through a BPF interpreter in the tests; no kernel of
+theirs has run them here (the x86_64 one runs in every containment test).
 """
 
 from __future__ import annotations
@@ -29,12 +32,23 @@ RET_K = 0x06
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 RET_KILL_PROCESS = 0x80000000
-AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16
 
-# x86_64 syscall numbers (asm/unistd_64.h)
-DENY_EPERM = {
+DENY_EPERM = (
+    "ptrace", "personality", "pivot_root", "chroot", "acct", "mount", "umount2", "swapon", "swapoff",
+    "reboot", "init_module", "delete_module", "quotactl", "lookup_dcookie", "kexec_load", "add_key",
+    "request_key", "keyctl", "unshare", "perf_event_open", "name_to_handle_at", "open_by_handle_at",
+    "setns", "process_vm_readv", "process_vm_writev", "finit_module", "kexec_file_load", "bpf",
+    "userfaultfd", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "pidfd_getfd",
+    "mount_setattr",
+)  # fmt: skip
+DENY_ENOSYS = ("io_uring_setup", "clone3")  # callers fall back when these are "missing"
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (NEWTIME exists only via clone3/unshare)
+CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+
+
+X86_64_NUMBERS = {  # asm/unistd_64.h
     "ptrace": 101, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163, "mount": 165,
     "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "init_module": 175,
     "delete_module": 176, "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246, "add_key": 248,
@@ -42,12 +56,41 @@ DENY_EPERM = {
     "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
     "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-    "pidfd_getfd": 438, "mount_setattr": 442,
+    "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 56,
 }  # fmt: skip
-DENY_ENOSYS = {"io_uring_setup": 425, "clone3": 435}  # callers fall back when these are "missing"
-NR_CLONE = 56
-# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (NEWTIME exists only via clone3/unshare)
-CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
+    "ptrace": 117, "personality": 92, "pivot_root": 41, "chroot": 51, "acct": 89, "mount": 40,
+    "umount2": 39, "swapon": 224, "swapoff": 225, "reboot": 142, "init_module": 105,
+    "delete_module": 106, "quotactl": 60, "lookup_dcookie": 18, "kexec_load": 104, "add_key": 217,
+    "request_key": 218, "keyctl": 219, "unshare": 97, "perf_event_open": 241, "name_to_handle_at": 264,
+    "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270, "process_vm_writev": 271,
+    "finit_module": 273, "kexec_file_load": 294, "bpf": 280, "userfaultfd": 282, "open_tree": 428,
+    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 220,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Abi:
+    """A native syscall ABI: its `AUDIT_ARCH_*` value and the numbers of the syscalls the filter
+    looks at (every name in DENY_EPERM and DENY_ENOSYS, and `clone`, whose flags come first)."""
+
+    audit_arch: int
+    numbers: dict[str, int]
+    x32_bit: bool = False  # x86_64: a number with X32_SYSCALL_BIT set is the x32 ABI, denied
+
+
+# AUDIT_ARCH_* (linux/audit.h): the ELF machine | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+X86_64 = Abi(0xC000003E, X86_64_NUMBERS, x32_bit=True)
+AARCH64 = Abi(0xC00000B7, GENERIC_NUMBERS)
+RISCV64 = Abi(0xC00000F3, GENERIC_NUMBERS)
+ABIS = {
+    "x86_64": X86_64,
+    "amd64": X86_64,
+    "aarch64": AARCH64,
+    "arm64": AARCH64,
+    "riscv64": RISCV64,
+}  # platform.machine()
 
 
 @dataclass(frozen=True)
@@ -58,21 +101,22 @@ class Insn:
     jf: int | str = 0
 
 
-def build_program() -> list[Insn | str]:
-    """The filter as instructions and labels (a str entry marks a label)."""
+def build_program(abi: Abi) -> list[Insn | str]:
+    """The filter for `abi` as instructions and labels (a str entry marks a label)."""
     prog: list[Insn | str] = [
         Insn(LD_W_ABS, OFFSET_ARCH),
-        Insn(JEQ_K, AUDIT_ARCH_X86_64, jt=1, jf=0),
-        Insn(RET_K, RET_KILL_PROCESS),  # i386/other ABI: never allowed
+        Insn(JEQ_K, abi.audit_arch, jt=1, jf=0),
+        Insn(RET_K, RET_KILL_PROCESS),  # i386, 32-bit ARM or any other ABI: never allowed
         Insn(LD_W_ABS, OFFSET_NR),
-        Insn(JGE_K, X32_SYSCALL_BIT, jt="eperm"),  # x32 ABI
     ]
-    for nr in sorted(DENY_EPERM.values()):
+    if abi.x32_bit:
+        prog.append(Insn(JGE_K, X32_SYSCALL_BIT, jt="eperm"))
+    for nr in sorted(abi.numbers[name] for name in DENY_EPERM):
         prog.append(Insn(JEQ_K, nr, jt="eperm"))
-    for nr in sorted(DENY_ENOSYS.values()):
+    for nr in sorted(abi.numbers[name] for name in DENY_ENOSYS):
         prog.append(Insn(JEQ_K, nr, jt="enosys"))
     prog += [
-        Insn(JEQ_K, NR_CLONE, jf="allow"),
+        Insn(JEQ_K, abi.numbers["clone"], jf="allow"),
         Insn(LD_W_ABS, OFFSET_ARG0),  # clone flags (low 32 bits)
         Insn(JSET_K, CLONE_NEW_MASK, jt="eperm"),
         "allow",
@@ -111,7 +155,6 @@ def assemble(prog: list[Insn | str]) -> bytes:
 
 
 def filter_bytes() -> bytes | None:
-    """The compiled filter for this machine, or None where we have no filter (not x86_64)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return None
-    return assemble(build_program())
+    """The compiled filter for this machine, or None where we have no filter for its ABI."""
+    abi = ABIS.get(platform.machine().lower())
+    return None if abi is None else assemble(build_program(abi))

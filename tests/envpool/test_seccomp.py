@@ -1,0 +1,108 @@
+"""The seccomp filters of every ABI, run through a BPF interpreter (only x86_64's also runs in a
+kernel here: the containment tests), and their syscall numbers checked against the kernel's headers."""
+
+from __future__ import annotations
+
+import errno
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from envpool.sandbox import seccomp
+from envpool.sandbox.seccomp import (
+    AARCH64,
+    CLONE_NEW_MASK,
+    DENY_ENOSYS,
+    DENY_EPERM,
+    RET_ALLOW,
+    RET_ERRNO,
+    RET_KILL_PROCESS,
+    RISCV64,
+    X32_SYSCALL_BIT,
+    X86_64,
+    Abi,
+    assemble,
+    build_program,
+)
+
+CLONE_NEWUSER = 0x10000000
+CLONE_THREAD_FLAGS = 0x003D0F00  # what glibc's pthread_create passes: VM|FS|FILES|SIGHAND|THREAD|...
+HEADERS = {
+    "x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+    "generic": Path("/usr/include/asm-generic/unistd.h"),
+}
+
+
+def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """Evaluate a classic-BPF seccomp program on one `struct seccomp_data` (the opcodes we emit)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("<HBBI", program, 8 * i) for i in range(len(program) // 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = (int(field) for field in insns[pc])
+        if code == 0x20:  # BPF_LD | BPF_W | BPF_ABS
+            (acc,) = struct.unpack_from("<I", data, k)
+            pc += 1
+        elif code == 0x06:  # BPF_RET | BPF_K
+            return k
+        elif code in (0x15, 0x35, 0x45):  # BPF_JMP | JEQ / JGE / JSET, BPF_K
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+        else:
+            raise AssertionError(f"opcode {code:#x} not in this interpreter")
+
+
+@pytest.mark.parametrize("abi", [X86_64, AARCH64, RISCV64], ids=["x86_64", "aarch64", "riscv64"])
+def test_each_filter_denies_its_list_and_allows_the_rest(abi: Abi) -> None:
+    program = assemble(build_program(abi))
+    for name in DENY_EPERM:
+        assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.EPERM, name
+    for name in DENY_ENOSYS:
+        assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.ENOSYS, name
+    denied = {abi.numbers[name] for name in (*DENY_EPERM, *DENY_ENOSYS)}
+    for nr in set(range(460)) - denied:  # every other syscall number, clone with harmless flags
+        assert run_filter(program, abi.audit_arch, nr, CLONE_THREAD_FLAGS) == RET_ALLOW, nr
+    clone = abi.numbers["clone"]
+    assert run_filter(program, abi.audit_arch, clone, CLONE_THREAD_FLAGS | CLONE_NEWUSER) == RET_ERRNO | errno.EPERM
+    for bit in range(32):
+        if CLONE_NEW_MASK & (1 << bit):
+            assert run_filter(program, abi.audit_arch, clone, 1 << bit) == RET_ERRNO | errno.EPERM, bit
+
+
+def test_other_abis_are_killed_and_x32_is_denied() -> None:
+    for abi in (X86_64, AARCH64, RISCV64):
+        program = assemble(build_program(abi))
+        for other in {X86_64.audit_arch, AARCH64.audit_arch, RISCV64.audit_arch, 0x40000003, 0x40000028}:
+            if other != abi.audit_arch:  # the rest, i386 and 32-bit ARM included
+                assert run_filter(program, other, 0) == RET_KILL_PROCESS
+    x86 = assemble(build_program(X86_64))
+    assert run_filter(x86, X86_64.audit_arch, X32_SYSCALL_BIT | 0) == RET_ERRNO | errno.EPERM
+    assert run_filter(assemble(build_program(AARCH64)), AARCH64.audit_arch, X32_SYSCALL_BIT) == RET_ALLOW
+
+
+@pytest.mark.parametrize(("abi", "header"), [(X86_64, "x86_64"), (AARCH64, "generic"), (RISCV64, "generic")])
+def test_syscall_numbers_are_the_kernels(abi: Abi, header: str) -> None:
+    path = HEADERS[header]
+    if not path.exists():
+        pytest.skip(f"{path} is not installed (Debian: linux-libc-dev)")
+    defined = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR_(\w+)\s+(\d+)\b", path.read_text())}
+    assert set(abi.numbers) == {*DENY_EPERM, *DENY_ENOSYS, "clone"}
+    assert {name: defined.get(name) for name in abi.numbers} == abi.numbers
+
+
+@pytest.mark.parametrize(
+    ("machine", "abi"),
+    [
+        ("x86_64", X86_64),
+        ("AMD64", X86_64),
+        ("aarch64", AARCH64),
+        ("arm64", AARCH64),
+        ("riscv64", RISCV64),
+        ("s390x", None),
+    ],
+)
+def test_the_machine_picks_the_filter(monkeypatch: pytest.MonkeyPatch, machine: str, abi: Abi | None) -> None:
+    monkeypatch.setattr("platform.machine", lambda: machine)
+    assert seccomp.filter_bytes() == (None if abi is None else assemble(build_program(abi)))
