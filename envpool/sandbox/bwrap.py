@@ -19,15 +19,20 @@ ends every run), and a cgroup memory+pids ceiling per server (`cgroups.py`, root
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from envpool.sandbox._client import FORKSERVER_SCRIPT, PAYLOAD_FD
 from envpool.sandbox.base import SandboxUnavailable
 from envpool.sandbox.pooled import PooledForkServerSandbox
 from envpool.sandbox.seccomp import filter_bytes
+
+log = structlog.get_logger(__name__)
 
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 SANDBOX_PYTHON_HOME = "/opt/python"
@@ -77,6 +82,13 @@ class BwrapSandbox(PooledForkServerSandbox):
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
         self._binary = binary
         self._privileged = os.geteuid() == 0
+        self._seccomp = filter_bytes() if self.config.seccomp else None
+        if self.config.seccomp and self._seccomp is None:
+            log.warning(
+                "sandbox.no_seccomp_filter",
+                machine=platform.machine(),
+                detail="no syscall filter for this architecture; namespaces and limits still apply",
+            )
         limits = (self.config.server_memory_mb, self.config.server_pids)
         use_cgroups = self.config.cgroups and self._privileged
         super().__init__(
@@ -92,7 +104,7 @@ class BwrapSandbox(PooledForkServerSandbox):
         return binds, f"{SANDBOX_PYTHON_HOME}/bin/{version}"
 
     def fd_payload(self) -> bytes | None:
-        return filter_bytes() if self.config.seccomp else None
+        return self._seccomp
 
     def server_argv(self, uid: int | None, once: bool) -> list[str]:
         py_binds, python = self._python_binds()

@@ -9,8 +9,10 @@ import struct
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from envpool.sandbox import seccomp
+from envpool.sandbox.bwrap import BwrapConfig, BwrapSandbox
 from envpool.sandbox.seccomp import (
     AARCH64,
     CLONE_NEW_MASK,
@@ -26,6 +28,7 @@ from envpool.sandbox.seccomp import (
     assemble,
     build_program,
 )
+from tests.envpool.conftest import requires_bwrap
 
 CLONE_NEWUSER = 0x10000000
 CLONE_THREAD_FLAGS = 0x003D0F00  # what glibc's pthread_create passes: VM|FS|FILES|SIGHAND|THREAD|...
@@ -106,3 +109,17 @@ def test_syscall_numbers_are_the_kernels(abi: Abi, header: str) -> None:
 def test_the_machine_picks_the_filter(monkeypatch: pytest.MonkeyPatch, machine: str, abi: Abi | None) -> None:
     monkeypatch.setattr("platform.machine", lambda: machine)
     assert seccomp.filter_bytes() == (None if abi is None else assemble(build_program(abi)))
+
+
+@requires_bwrap
+def test_a_machine_without_a_filter_is_logged_not_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("platform.machine", lambda: "s390x")
+    with capture_logs() as logs:
+        sandbox = BwrapSandbox(BwrapConfig())
+    assert sandbox.fd_payload() is None
+    sandbox.close()
+    assert [e["machine"] for e in logs if e["event"] == "sandbox.no_seccomp_filter"] == ["s390x"]
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    sandbox = BwrapSandbox(BwrapConfig())
+    assert sandbox.fd_payload() == assemble(build_program(AARCH64))
+    sandbox.close()
