@@ -35,10 +35,10 @@ from memory.chunking import ChunkSpan  # noqa: E402
 from memory.config import default_data_dir  # noqa: E402
 from memory.embedding import DEFAULT_MAX_TOKENS, CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
 from memory.onnx_model import MinilmVariant  # noqa: E402
+from memory.prepare import make_records  # noqa: E402
 from memory.search import DEPTH, WEIGHTS  # noqa: E402
 from memory.stores.base import FileState, Filters, Hit  # noqa: E402
 from memory.stores.sqlite import SQLiteStore  # noqa: E402
-from memory.sync import make_records  # noqa: E402
 from memory.tokens import query_tokens, split_identifier  # noqa: E402
 
 SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "ensurepip", "lib2to3"}

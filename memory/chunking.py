@@ -14,10 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
 from tree_sitter import Language, Node, Parser
-
-log = structlog.get_logger(__name__)
 
 MAX_CHUNK_CHARS = 2400  # about 600 tokens of code; longer definitions are windowed
 MIN_CHUNK_CHARS = 40  # lone braces and one-line gaps are not worth a chunk
@@ -183,7 +180,11 @@ def chunk_text(text: str, language: str) -> list[ChunkSpan]:
         try:
             return _Chunker(text, SPECS[language]).run()
         except (ValueError, RecursionError) as exc:  # tree-sitter refuses; fall back, keep going
-            log.warning("chunking.parse_failed", language=language, error=str(exc))
+            # Imported here: the indexer's worker processes import this module, and structlog
+            # (with rich) is 0.2 s of a worker's start for a line it rarely writes.
+            import structlog
+
+            structlog.get_logger(__name__).warning("chunking.parse_failed", language=language, error=str(exc))
     lines = text.splitlines()
     return _windows(lines, 1, len(lines), "", "")
 

@@ -3,7 +3,6 @@ behind a cache keyed by model and content hash so unchanged text is never embedd
 
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import threading
@@ -17,6 +16,7 @@ import numpy as np
 import structlog
 
 from memory.errors import EmbedderError, MemoryConfigError
+from memory.files import text_hash
 from memory.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
 from memory.sqlite_wal import open_wal
 from memory.stores.base import FloatArray
@@ -29,10 +29,6 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> FloatArray: ...
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _normalise(x: FloatArray) -> FloatArray:

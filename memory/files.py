@@ -178,6 +178,10 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def text_hash(text: str) -> str:
+    return content_hash(text.encode("utf-8"))
+
+
 def _load_ignore(directory: Path) -> pathspec.GitIgnoreSpec | None:
     ignore = directory / ".gitignore"
     if not ignore.is_file():

@@ -7,7 +7,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from memory.embedding import CachedEmbedder, text_hash
+from memory.embedding import CachedEmbedder
+from memory.files import text_hash
 from memory.search import Mode, search
 from memory.stores.base import ChunkRecord, FileState, Filters, Store
 from memory.tokens import code_tokens

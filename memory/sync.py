@@ -16,11 +16,10 @@ from pathlib import Path
 
 import structlog
 
-from memory.chunking import ChunkSpan, chunk_id, chunk_text
-from memory.embedding import CachedEmbedder, text_hash
-from memory.files import SourceFile, content_hash, decode_source, language_for, walk_workspace
+from memory.embedding import CachedEmbedder
+from memory.files import SourceFile, walk_workspace
+from memory.prepare import PreparedFile, prepare_file
 from memory.stores.base import ChunkRecord, FileState, Store
-from memory.tokens import token_string
 
 log = structlog.get_logger(__name__)
 
@@ -56,56 +55,6 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
-
-
-def make_records(path: str, language: str, spans: Iterable[ChunkSpan]) -> list[ChunkRecord]:
-    """Turn chunk spans into store records with BM25 tokens and the text the embedder sees."""
-    records: list[ChunkRecord] = []
-    path_tokens = token_string(path)
-    for span in spans:
-        # Methods and windows of long definitions carry their enclosing signature: the code
-        # alone rarely says which class it belongs to.
-        context = span.signature if span.kind in {"method", "part", "header"} else ""
-        embed_text = f"{context}\n{span.text}" if context else span.text
-        records.append(
-            ChunkRecord(
-                chunk_id=chunk_id(path, span),
-                path=path,
-                start_line=span.start_line,
-                end_line=span.end_line,
-                language=language,
-                kind=span.kind,
-                symbol=span.symbol,
-                text=span.text,
-                name_tokens=f"{path_tokens} {token_string(span.symbol)}",
-                tokens=token_string(f"{context}\n{span.text}" if context else span.text),
-                embed_text=embed_text,
-                embed_hash=text_hash(embed_text),
-            )
-        )
-    return records
-
-
-@dataclass(frozen=True)
-class PreparedFile:
-    source: SourceFile
-    state: FileState | None  # None: the file vanished or could not be read
-    records: list[ChunkRecord]
-    skipped: bool  # binary, generated or minified: remembered in the manifest with no chunks
-
-
-def prepare_file(root: str, source: SourceFile) -> PreparedFile:
-    """Read, hash, chunk and tokenize one file; pure, so it can run in a worker process."""
-    try:
-        data = (Path(root) / source.path).read_bytes()
-    except OSError:
-        return PreparedFile(source, None, [], False)
-    language = language_for(source.path)
-    state = FileState(source.path, len(data), source.mtime_ns, content_hash(data), language)
-    text = decode_source(data)
-    if text is None:
-        return PreparedFile(source, state, [], True)
-    return PreparedFile(source, state, make_records(source.path, language, chunk_text(text, language)), False)
 
 
 def _prepare_all(root: Path, sources: list[SourceFile]) -> Generator[PreparedFile, None, None]:
@@ -313,4 +262,4 @@ class Watcher:
                 self.on_change()
 
 
-__all__ = ["Indexer", "Phase", "Progress", "ProgressCallback", "Watcher", "make_records"]
+__all__ = ["Indexer", "Phase", "Progress", "ProgressCallback", "Watcher"]

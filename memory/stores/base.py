@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is 0.13 s of the start of each indexer worker, which needs only the records
+    import numpy as np
+    import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float32]  # vectors: (dim,) or (n, dim), rows L2-normalised
+FloatArray: TypeAlias = "npt.NDArray[np.float32]"  # vectors: (dim,) or (n, dim), rows L2-normalised
 
 
 @dataclass(frozen=True)

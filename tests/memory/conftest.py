@@ -7,8 +7,8 @@ import pytest
 
 from memory.chunking import chunk_text
 from memory.embedding import CachedEmbedder, EmbeddingCache, OnnxMiniLM
+from memory.prepare import make_records
 from memory.stores.base import FileState, Store
-from memory.sync import make_records
 
 
 def index_text(store: Store, path: str, text: str, language: str = "python") -> int:

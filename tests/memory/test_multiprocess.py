@@ -84,9 +84,9 @@ def test_killed_indexer_leaves_usable_index_that_resumes(
 def test_sqlite_vector_copies_follow_other_connections(tmp_path: Path, embedder: CachedEmbedder) -> None:
     """Two connections (as two processes would have): B's numpy copy follows A's writes and deletes."""
     from memory.chunking import chunk_text
+    from memory.prepare import make_records
     from memory.stores.base import FileState, Filters
     from memory.stores.sqlite import SQLiteStore
-    from memory.sync import make_records
     from tests.memory.conftest import FIXTURE_FILES
 
     a = SQLiteStore(tmp_path / "shared.sqlite", model_id=embedder.model_id, dim=embedder.dim)

@@ -101,8 +101,8 @@ def test_sqlite_migrations_and_model_change(tmp_path: Path) -> None:
     path = tmp_path / "idx.sqlite"
     store = SQLiteStore(path, model_id="model-a", dim=4)
     from memory.chunking import chunk_text
+    from memory.prepare import make_records
     from memory.stores.base import FileState
-    from memory.sync import make_records
 
     recs = make_records("a.py", "python", chunk_text("def f(x):\n    return x + 1\n" * 3, "python"))
     store.replace_file(FileState("a.py", 1, 1, "h", "python"), recs)
