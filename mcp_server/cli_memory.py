@@ -13,13 +13,16 @@ from mcp_server.cli_common import cli_settings, fail
 
 
 def _service(workspace: Path) -> Any:
+    from mcp_server.logs import configure_logging
     from mcp_server.settings import expand_path
     from mcp_server.workspaces import memory_config
     from memory.errors import RlideMemoryError
     from memory.service import MemoryService
 
+    settings = cli_settings()
+    configure_logging(settings)  # logs to stderr (or the log file): stdout is the results
     try:
-        return MemoryService(memory_config(cli_settings(), expand_path(workspace)))
+        return MemoryService(memory_config(settings, expand_path(workspace)))
     except (RlideMemoryError, ValueError) as exc:
         raise fail(str(exc)) from exc
 

@@ -188,3 +188,28 @@ def test_an_unusable_episode_log_stops_the_server_with_one_clear_line(
     stderr = done.stderr.decode()
     assert stderr.startswith("error: ") and message in stderr, stderr
     assert "Traceback" not in stderr and "hunter2" not in stderr
+
+
+def test_indexing_with_worker_processes_keeps_stdout_clean(
+    stdio_server: Callable[..., StdioServer], tmp_path: Path
+) -> None:
+    # Over 200 files go to spawned worker processes, which inherit the server's stdout: the
+    # transport. One file nests classes so deep that chunking falls back to windows and logs a
+    # warning from inside a worker; that line must land on stderr.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    for i in range(210):
+        (workspace / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n")
+    nested = "".join(f"{' ' * i}class C{i}:\n{' ' * i} x = 1\n" for i in range(600))
+    (workspace / "deep.py").write_text(nested + "y = 1\n" * 2000)  # short lines: not taken for minified
+    server = stdio_server(RLIDE_WORKSPACE=str(workspace), RLIDE_MEMORY_EMBEDDER="none")
+    server.initialize("2025-06-18")
+    indexed = server.call_tool("index_workspace", {"wait_s": 60})
+    assert indexed["isError"] is False, indexed
+    assert indexed["structuredContent"]["files_indexed"] == 211
+    found = server.call_tool("search_code", {"query": "f17", "k": 1})
+    assert found["structuredContent"]["results"][0]["path"] == "m17.py"
+    assert server.close() == 0
+    for line in server.stdout_lines:
+        _assert_jsonrpc(line)
+    assert "chunking.parse_failed" in server.stderr()
