@@ -48,6 +48,20 @@ def rlide_exe() -> Path:
 
 
 @pytest.fixture
+def workspace_a_worker_warns_about(tmp_path: Path) -> Path:
+    """211 files, so that indexing chunks them in spawned worker processes (which share the
+    parent's stdout), one of which nests classes 600 deep: chunking it falls back to windows and
+    logs `chunking.parse_failed` from inside a worker."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(210):
+        (ws / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n")
+    nested = "".join(f"{' ' * i}class C{i}:\n{' ' * i} x = 1\n" for i in range(600))
+    (ws / "deep.py").write_text(nested + "y = 1\n" * 2000)  # short lines: not taken for minified
+    return ws
+
+
+@pytest.fixture
 def rlide_env(rlide_home: Path) -> dict[str, str]:
     """The `RLIDE_*` variables a server subprocess needs (merge into its environment)."""
     return {n: v for n, v in os.environ.items() if n.startswith("RLIDE_")}

@@ -137,19 +137,15 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
 
 
 def test_index_json_stays_json_when_a_worker_process_logs(
-    rlide_exe: Path, rlide_env: dict[str, str], tmp_path: Path
+    rlide_exe: Path, rlide_env: dict[str, str], workspace_a_worker_warns_about: Path
 ) -> None:
-    # Over 200 files are chunked in spawned worker processes, which share this command's stdout.
-    # Classes nested 600 deep make chunking fall back to windows with a warning, in a worker.
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    for i in range(210):
-        (ws / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n")
-    nested = "".join(f"{' ' * i}class C{i}:\n{' ' * i} x = 1\n" for i in range(600))
-    (ws / "deep.py").write_text(nested + "y = 1\n" * 2000)  # short lines: not taken for minified
     env = {**os.environ, **rlide_env, "RLIDE_MEMORY_EMBEDDER": "none"}
     done = subprocess.run(
-        [str(rlide_exe), "index", str(ws), "--json"], env=env, capture_output=True, text=True, timeout=120
+        [str(rlide_exe), "index", str(workspace_a_worker_warns_about), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["files_indexed"] == 211

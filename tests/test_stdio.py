@@ -191,18 +191,10 @@ def test_an_unusable_episode_log_stops_the_server_with_one_clear_line(
 
 
 def test_indexing_with_worker_processes_keeps_stdout_clean(
-    stdio_server: Callable[..., StdioServer], tmp_path: Path
+    stdio_server: Callable[..., StdioServer], workspace_a_worker_warns_about: Path
 ) -> None:
-    # Over 200 files go to spawned worker processes, which inherit the server's stdout: the
-    # transport. One file nests classes so deep that chunking falls back to windows and logs a
-    # warning from inside a worker; that line must land on stderr.
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    for i in range(210):
-        (workspace / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n")
-    nested = "".join(f"{' ' * i}class C{i}:\n{' ' * i} x = 1\n" for i in range(600))
-    (workspace / "deep.py").write_text(nested + "y = 1\n" * 2000)  # short lines: not taken for minified
-    server = stdio_server(RLIDE_WORKSPACE=str(workspace), RLIDE_MEMORY_EMBEDDER="none")
+    # The workers inherit the server's stdout, the transport: a worker's warning must land on stderr.
+    server = stdio_server(RLIDE_WORKSPACE=str(workspace_a_worker_warns_about), RLIDE_MEMORY_EMBEDDER="none")
     server.initialize("2025-06-18")
     indexed = server.call_tool("index_workspace", {"wait_s": 60})
     assert indexed["isError"] is False, indexed
