@@ -117,12 +117,17 @@ def run(
 
     settings = cli_settings()
     if source == "-":
-        code, chosen = sys.stdin.read(), language or "python"
+        data, chosen = sys.stdin.buffer.read(), language or "python"
     else:
         path = Path(source)
         if not path.is_file():
             raise fail(f"{source} is not a file (use - to read the program from standard input)")
-        code, chosen = path.read_text(encoding="utf-8"), language or _LANGUAGES.get(path.suffix, "python")
+        data, chosen = path.read_bytes(), language or _LANGUAGES.get(path.suffix, "python")
+    try:
+        code = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        origin = "standard input" if source == "-" else source
+        raise fail(f"{origin} is not UTF-8 text (invalid byte at offset {exc.start}): pass a program's source") from exc
     try:
         request = RunRequest(language=chosen, code=code, timeout_s=timeout_s)  # type: ignore[arg-type]
         sandbox = make_sandbox(settings.sandbox)

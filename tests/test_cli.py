@@ -152,6 +152,15 @@ def test_index_json_stays_json_when_a_worker_process_logs(
     assert "chunking.parse_failed" in done.stderr
 
 
+def test_run_refuses_a_program_that_is_not_utf8(home: Path, tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.py"
+    latin1.write_bytes(b"print('caf\xe9')\n")
+    from_file = runner.invoke(app, ["run", str(latin1)])
+    assert from_file.exit_code == 1 and "latin1.py is not UTF-8 text (invalid byte at offset 10)" in from_file.stderr
+    from_stdin = runner.invoke(app, ["run", "-"], input=b"\xff\xfe")
+    assert from_stdin.exit_code == 1 and "standard input is not UTF-8 text" in from_stdin.stderr
+
+
 def test_paths_that_cannot_be_expanded_are_clear_errors(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     unknown_user = "~no_such_user_rlide/project"
     indexed = runner.invoke(app, ["index", unknown_user])

@@ -112,6 +112,14 @@ async def test_bad_requests_are_refused_with_a_reason(client: Client) -> None:
         message = await call_error(client, "run_code", {"code": "pass", "files": {path: "x"}})
         assert "invalid file path" in message, message
     assert "timeout_s" in await call_error(client, "run_code", {"code": "pass", "timeout_s": 10_000})
+    # JSON carries lone surrogates; no program text can: refused naming the field, not run.
+    for arguments, field in [
+        ({"code": "print(1)\ud800"}, "code"),
+        ({"code": "print(input())", "stdin": "\udfff"}, "stdin"),
+        ({"code": "pass", "files": {"data.txt": "a\ud800"}}, "data.txt"),
+    ]:
+        message = await call_error(client, "run_code", arguments)
+        assert field in message and "unicode" in message.lower(), message
 
 
 @pytest.mark.parametrize(

@@ -96,18 +96,32 @@ class RunRequest(BaseModel):
         return {validate_relative_path(p): c for p, c in files.items()}
 
     @model_validator(mode="after")
-    def _check_size(self) -> RunRequest:
+    def _check_size_and_text(self) -> RunRequest:
         size = len(self.code) + len(self.stdin or "") + sum(len(p) + len(c) for p, c in self.files.items())
         if size > MAX_REQUEST_BYTES:
             raise InvalidRequest(f"request too large ({size} > {MAX_REQUEST_BYTES} characters)")
+        # JSON can carry lone surrogates; no file, pipe or program text can. Refused here with the
+        # field's name, rather than failing inside the sandbox as a setup error.
+        texts = {"code": self.code, "stdin": self.stdin or ""}
+        texts.update({f"files[{p!r}]": f"{p}\n{c}" for p, c in self.files.items()})
+        texts.update({f"env[{k!r}]": f"{k}={v}" for k, v in self.env.items()})
+        for name, text in texts.items():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidRequest(
+                    f"{name} is not valid Unicode text (a lone surrogate at position {exc.start}); send UTF-8 text"
+                ) from None
         return self
 
     @field_validator("env")
     @classmethod
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
-        for key in env:
+        for key, value in env.items():
             if not key or "=" in key or "\x00" in key or key.startswith("LD_"):
                 raise InvalidRequest(f"invalid environment variable name {key!r}")
+            if "\x00" in value:
+                raise InvalidRequest(f"environment variable {key!r} holds a NUL character")
         return env
 
 

@@ -46,6 +46,17 @@ def test_ld_preload_env_is_refused() -> None:
         RunRequest(code="pass", env={"LD_PRELOAD": "/x.so"})
 
 
+def test_text_no_file_or_pipe_can_hold_is_refused() -> None:
+    for kwargs, why in [
+        ({"files": {"a\ud800.py": ""}}, "not valid Unicode text"),
+        ({"env": {"NAME": "a\udc80"}}, "not valid Unicode text"),
+        ({"env": {"NAME": "a\x00b"}}, "holds a NUL character"),
+    ]:
+        with pytest.raises((InvalidRequest, ValidationError), match=why):
+            RunRequest(code="pass", **kwargs)  # type: ignore[arg-type]
+    assert RunRequest(code="print('\u00e9\U0001f642')", stdin="\u202e").code.endswith("')")  # any real text is fine
+
+
 SOURCE = "def add(a, b):\n    return a - b\n"
 PATCH = """--- a/calc.py
 +++ b/calc.py
