@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from mcp_server.cli_common import cli_settings, fail
+
+PROGRESS_EVERY_S = 5.0  # progress lines when stderr is not a terminal
 
 
 def _service(workspace: Path) -> Any:
@@ -35,11 +38,20 @@ def index(
     from memory.errors import RlideMemoryError
 
     service = _service(path)
+    on_terminal = sys.stderr.isatty()
+    shown: dict[str, Any] = {"phase": None, "at": 0.0}
 
     def progress(p: Any) -> None:
-        typer.echo(
-            f"\r{p.phase.value}: {p.files_done}/{p.files_changed} files, {p.chunks_written} chunks", err=True, nl=False
-        )
+        line = f"{p.phase.value}: {p.files_done}/{p.files_changed} files, {p.chunks_written} chunks"
+        if on_terminal:
+            typer.echo(f"\r{line}", err=True, nl=False)
+            return
+        # A pipe or a log file: whole lines, one per phase and at most one every few seconds,
+        # rather than hundreds of carriage-return updates run together on one line.
+        now = time.monotonic()
+        if p.phase != shown["phase"] or now - shown["at"] >= PROGRESS_EVERY_S:
+            typer.echo(line, err=True)
+            shown.update(phase=p.phase, at=now)
 
     try:
         status = service.index_workspace(progress_callback=progress)
@@ -47,7 +59,8 @@ def index(
         raise fail(str(exc)) from exc
     finally:
         service.close()
-    typer.echo("", err=True)
+    if on_terminal:
+        typer.echo("", err=True)
     if as_json:
         typer.echo(json.dumps(status.model_dump(mode="json"), indent=2))
     else:

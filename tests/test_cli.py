@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -129,6 +130,10 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
     indexed = runner.invoke(app, ["index", str(ws), "--json"])
     assert indexed.exit_code == 0, indexed.output
     assert json.loads(indexed.stdout)["files_indexed"] == 2
+    # stderr is not a terminal here: progress comes as whole lines, not carriage-return updates.
+    progress = indexed.stderr.splitlines()
+    assert "\r" not in indexed.stderr and progress[-1].startswith("ready: 2/2 files"), indexed.stderr
+    assert all(re.fullmatch(r"[a-z]+: \d+/\d+ files, \d+ chunks", line) for line in progress), progress
     found = runner.invoke(app, ["search", "where is the reward computed", "--workspace", str(ws), "-k", "1", "--json"])
     assert found.exit_code == 0, found.output
     [hit] = json.loads(found.stdout)
