@@ -5,7 +5,7 @@ helper inherits the parent's stdout (maybe an MCP stdio stream): point it at std
 """
 
 from envpool._puffer import pufferlib_vector
-from memory.worker_stdout import stdout_to_stderr
+from envpool._vector import stdout_to_stderr
 
 stdout_to_stderr()
 pufferlib_vector()

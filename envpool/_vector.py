@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,9 +29,16 @@ from typing import Any
 import numpy as np
 
 from envpool._puffer import pufferlib_vector
-from memory.worker_stdout import stdout_to_stderr
 
 MsgHandler = Callable[[int, tuple[Any, ...]], None]
+
+
+def stdout_to_stderr() -> None:
+    """Point fd 1 at stderr in a worker: it inherits the parent's stdout, which may be an MCP stdio
+    stream that a stray print or an unconfigured structlog line would corrupt."""
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 class WorkerDied(RuntimeError):

@@ -5,6 +5,8 @@ of a ~10 s whole-stdlib index before the first file was chunked."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,3 +65,12 @@ def prepare_file(root: str, source: SourceFile) -> PreparedFile:
     if text is None:
         return PreparedFile(source, state, [], True)
     return PreparedFile(source, state, make_records(source.path, language, chunk_text(text, language)), False)
+
+
+def keep_stdout_clean() -> None:
+    """Initializer of the indexer's worker processes. They inherit the parent's stdout, which
+    carries data (`rlide index --json`) or an MCP stdio transport; a worker's log line (structlog
+    unconfigured there prints to stdout) would go into it. Point fd 1 at stderr instead."""
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr

@@ -18,9 +18,8 @@ import structlog
 
 from memory.embedding import CachedEmbedder
 from memory.files import SourceFile, walk_workspace
-from memory.prepare import PreparedFile, prepare_file
+from memory.prepare import PreparedFile, keep_stdout_clean, prepare_file
 from memory.stores.base import ChunkRecord, FileState, Store
-from memory.worker_stdout import stdout_to_stderr
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +66,7 @@ def _prepare_all(root: Path, sources: list[SourceFile]) -> Generator[PreparedFil
         return
     # spawn, not fork: the serving process has threads (embedder, watcher) and ORT state.
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=stdout_to_stderr)
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=keep_stdout_clean)
     try:
         yield from pool.map(prepare_file, itertools.repeat(str(root)), sources, chunksize=16)
     finally:  # also on early close (stop requested): drop the files not started yet
