@@ -70,7 +70,8 @@ def prepare_file(root: str, source: SourceFile) -> PreparedFile:
 def keep_stdout_clean() -> None:
     """Initializer of the indexer's worker processes. They inherit the parent's stdout, which
     carries data (`rlide index --json`) or an MCP stdio transport; a worker's log line (structlog
-    unconfigured there prints to stdout) would go into it. Point fd 1 at stderr instead."""
+    unconfigured there prints to stdout) would go into it. Point fd 1 at stderr instead. Its twin is
+    `envpool._vector.stdout_to_stderr`: envpool and memory import none of the other packages."""
     sys.stdout.flush()
     os.dup2(2, 1)
     sys.stdout = sys.stderr
