@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import sys
@@ -327,7 +328,20 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _run_as_package_main() -> None:
+    """Let the `rlide` script's `__main__` stand for `python -m mcp_server`, which it is. The
+    processes multiprocessing starts (env pool workers, index workers) re-import their parent's main
+    module unless it is a package's `__main__`; for the script that meant importing this module
+    (typer, pydantic-settings, structlog): 0.5-0.6 s of CPU in every worker, and 0.4 s more before
+    an 8-worker pool answered."""
+    program = sys.modules["__main__"]
+    if getattr(program, "__spec__", None) is None:
+        program.__spec__ = importlib.util.find_spec("mcp_server.__main__")
+
+
 def main() -> None:
+    """The `rlide` console script."""
+    _run_as_package_main()
     app()
 
 

@@ -157,6 +157,25 @@ def test_index_json_stays_json_when_a_worker_process_logs(
     assert "chunking.parse_failed" in done.stderr
 
 
+def test_worker_processes_do_not_import_the_cli_again(
+    rlide_exe: Path, rlide_env: dict[str, str], workspace_a_worker_warns_about: Path
+) -> None:
+    # Python's own import profiler, inherited by the spawned index workers, lists every module
+    # each process imports on the shared stderr: the CLI module must appear for the parent alone.
+    env = {**os.environ, **rlide_env, "RLIDE_MEMORY_EMBEDDER": "none", "PYTHONPROFILEIMPORTTIME": "1"}
+    done = subprocess.run(
+        [str(rlide_exe), "index", str(workspace_a_worker_warns_about), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert imported.count("memory.prepare") == 3  # the parent and its two workers
+    assert imported.count("mcp_server.cli") == 1
+
+
 def test_run_refuses_a_program_that_is_not_utf8(home: Path, tmp_path: Path) -> None:
     latin1 = tmp_path / "latin1.py"
     latin1.write_bytes(b"print('caf\xe9')\n")
