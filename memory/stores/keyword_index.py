@@ -15,7 +15,7 @@ The score is FTS5's own formula (fts5_aux.c, `fts5Bm25Function`), so both paths 
 with f the column-weighted frequency of t in d, |d| its token count over all columns, N the row
 count and k1 = 1.2, b = 0.75 (tested against FTS5's scores).
 
-It follows other processes' writes through `chunk_log` (a trigger-fed log of inserted and
+It follows other processes' writes through `chunk_log` (a log of inserted and
 deleted rows, as `vector_log` is for vectors): row lengths are patched in place, deleted rows are
 skipped when scoring, and new rows' text is counted into the cached tokens it contains. Tokens
 are ASCII `[a-z0-9_]` words separated by spaces (memory/tokens.py), which is also exactly how FTS5's

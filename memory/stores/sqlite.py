@@ -94,11 +94,18 @@ def _m004_chunk_log(db: sqlite3.Connection) -> None:
     db.execute("CREATE VIRTUAL TABLE chunks_instances USING fts5vocab(chunks_fts, 'instance')")
 
 
+def _m005_log_inserts_per_batch(db: sqlite3.Connection) -> None:
+    # The insert trigger ran once a chunk: 10 us each, 0.6 s of CPU (a tenth of the writer's) in a
+    # whole-stdlib index. replace_files, the one writer of chunks, logs a batch's ids in one statement.
+    db.execute("DROP TRIGGER chunks_ins")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_vector_log", _m002_vector_log),
     ("m003_vocab", _m003_vocab),
     ("m004_chunk_log", _m004_chunk_log),
+    ("m005_log_inserts_per_batch", _m005_log_inserts_per_batch),
 ]
 VECTOR_LOG_KEEP = 200_000  # older entries are pruned; a process further behind reloads everything
 CHUNK_LOG_KEEP = VECTOR_LOG_KEEP
@@ -243,6 +250,7 @@ class SQLiteStore:
                 "INSERT INTO chunks_fts (rowid, names, body) VALUES (?, ?, ?)",
                 [(first + i, c.name_tokens, c.tokens) for i, c in enumerate(new)],
             )
+            db.execute("INSERT INTO chunk_log (id) SELECT id FROM chunks WHERE id >= ?", (first,))
             db.executemany(
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 [(st.path, st.size, st.mtime_ns, st.sha256, st.language) for st, _ in batch],
