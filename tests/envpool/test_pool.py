@@ -212,6 +212,23 @@ def test_pool_writes_nothing_to_stdout(tmp_path: Path) -> None:
     assert not (tmp_path / "resources").exists()
 
 
+@pytest.mark.timeout(60)
+def test_workers_find_the_pool_modules_imported(tmp_path: Path) -> None:
+    """Workers fork from a helper that has imported the pool's modules: Python's import profiler,
+    inherited by every process, shows them imported by the program and that helper alone."""
+    script = tmp_path / "use_pool.py"
+    script.write_text(SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONPROFILEIMPORTTIME": "1"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=tmp_path, env=env, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    imported = [line.rsplit("|", 1)[1].strip() for line in lines]
+    assert imported.count("envpool._vector") == 2  # the program and the fork-server helper
+    assert imported.count("envpool.pool") == 2
+    assert imported.count("pydantic") == 2
+
+
 def test_coding_env_passes_gymnasium_env_checker() -> None:
     from gymnasium.utils.env_checker import check_env
 
