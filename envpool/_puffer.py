@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from types import ModuleType
 
 _lock = threading.Lock()
@@ -31,3 +33,16 @@ def pufferlib_vector() -> ModuleType:
                 os.chdir(previous)
             _module = pufferlib.vector
         return _module
+
+
+@contextlib.contextmanager
+def gym_notice_silenced() -> Iterator[None]:
+    """Around the first `import gymnasium`. It loads the plugin of shimmy (a pufferlib dependency),
+    which imports the retired `gym`, which prints to stderr a three-line notice asking its users to
+    move to Gymnasium: in an MCP server's log that reads as rlide's own problem. pufferlib silences
+    its own import of gymnasium the same way."""
+    if "gymnasium" in sys.modules:
+        yield
+        return
+    with _lock, open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+        yield

@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import gymnasium
 import numpy as np
 from numpy.typing import NDArray
 
+from envpool._puffer import gym_notice_silenced
 from envpool.sandbox import Sandbox, make_sandbox
 from envpool.sandbox.base import RunResult, RunStatus
 from envpool.tasks.humaneval import CodingTask, load_humaneval
+
+with gym_notice_silenced():
+    import gymnasium
 
 STDERR_TAIL = 2000
 
