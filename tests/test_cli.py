@@ -141,27 +141,11 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
     assert (hit["path"], hit["start_line"], hit["end_line"]) == ("reward.py", 1, 3)
 
 
-def test_index_json_stays_json_when_a_worker_process_logs(
+def test_index_json_stays_json_when_workers_log_and_they_skip_the_cli_imports(
     rlide_exe: Path, rlide_env: dict[str, str], workspace_a_worker_warns_about: Path
 ) -> None:
-    env = {**os.environ, **rlide_env, "RLIDE_MEMORY_EMBEDDER": "none"}
-    done = subprocess.run(
-        [str(rlide_exe), "index", str(workspace_a_worker_warns_about), "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["files_indexed"] == 211
-    assert "chunking.parse_failed" in done.stderr
-
-
-def test_worker_processes_do_not_import_the_cli_again(
-    rlide_exe: Path, rlide_env: dict[str, str], workspace_a_worker_warns_about: Path
-) -> None:
-    # Python's own import profiler, inherited by the spawned index workers, lists every module
-    # each process imports on the shared stderr: the CLI module must appear for the parent alone.
+    # Python's own import profiler, inherited by the spawned index workers, lists every module each
+    # process imports on the shared stderr: the CLI module must appear for the parent alone.
     env = {**os.environ, **rlide_env, "RLIDE_MEMORY_EMBEDDER": "none", "PYTHONPROFILEIMPORTTIME": "1"}
     done = subprocess.run(
         [str(rlide_exe), "index", str(workspace_a_worker_warns_about), "--json"],
@@ -171,6 +155,8 @@ def test_worker_processes_do_not_import_the_cli_again(
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["files_indexed"] == 211
+    assert "chunking.parse_failed" in done.stderr
     imported = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert imported.count("memory.prepare") == 3  # the parent and its two workers
     assert imported.count("mcp_server.cli") == 1

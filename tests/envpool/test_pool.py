@@ -199,24 +199,10 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(60)
-def test_pool_writes_nothing_to_stdout(tmp_path: Path) -> None:
+def test_pool_writes_nothing_to_stdout_and_workers_find_its_modules_imported(tmp_path: Path) -> None:
     """An MCP stdio server's stdout is its protocol stream: workers must not write to it. Its stderr
-    is the IDE's log of the server: no notice from the retired `gym` that pufferlib depends on."""
-    script = tmp_path / "use_pool.py"
-    script.write_text(SCRIPT)
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout == b""
-    assert b"Gym has been unmaintained" not in proc.stderr, proc.stderr.decode()
-    assert not (tmp_path / "resources").exists()
-
-
-@pytest.mark.timeout(60)
-def test_workers_find_the_pool_modules_imported(tmp_path: Path) -> None:
-    """Workers fork from a helper that has imported the pool's modules: Python's import profiler,
+    is the IDE's log of the server: no notice from the retired `gym` that pufferlib depends on.
+    Workers fork from a helper that has imported the pool's modules: Python's import profiler,
     inherited by every process, shows them imported by the program and that helper alone."""
     script = tmp_path / "use_pool.py"
     script.write_text(SCRIPT)
@@ -224,8 +210,10 @@ def test_workers_find_the_pool_modules_imported(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONPROFILEIMPORTTIME": "1"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=tmp_path, env=env, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    imported = [line.rsplit("|", 1)[1].strip() for line in lines]
+    assert proc.stdout == ""
+    assert "Gym has been unmaintained" not in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "resources").exists()
+    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert imported.count("envpool._vector") == 2  # the program and the fork-server helper
     assert imported.count("envpool.pool") == 2
     assert imported.count("pydantic") == 2
