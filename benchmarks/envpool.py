@@ -4,9 +4,11 @@
   caller (p50/p99 ms), next to a bare `python3 -c pass` start, and the difference ("overhead"),
   measured in interleaved rounds after a warm-up so that drift in machine speed hits all alike;
 - HumanEval-164 canonical solutions, runs/s: a plain serial loop over one warm sandbox, a thread
-  pool over that same sandbox object, and the pufferlib-vectorized EnvPool (gym send/recv).
+  pool over that same sandbox object, and the pufferlib-vectorized EnvPool (gym send/recv);
+- seconds from `EnvPool(...)` until its first job is answered, for the first pool of the process
+  (what the MCP server's first `run_code` waits for beyond its imports) and for two later ones.
 
-Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--passes 2]
+Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--passes 2] [--pool-start-only]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
+import anyio  # noqa: E402
 import numpy as np  # noqa: E402
 import structlog  # noqa: E402
 
@@ -152,14 +155,29 @@ def humaneval_pool(envs: int, batch: int, passes: int) -> float:
     return round(best, 1)
 
 
+def pool_first_job_s(envs: int, starts: int = 3) -> dict[str, float]:
+    """The first start also starts the helper process that workers fork from; later pools reuse it."""
+    seconds = []
+    for _ in range(starts):
+        t0 = time.perf_counter()
+        with EnvPool(num_envs=envs, num_workers=envs) as pool:
+            assert anyio.run(pool.run, RunRequest(code="pass")).ok
+            seconds.append(time.perf_counter() - t0)
+    return {"first": round(seconds[0], 3), "later_median": round(statistics.median(seconds[1:]), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--pool-start-only", action="store_true", help="only pool_first_job_s (paired runs)")
     args = parser.parse_args()
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
+    if args.pool_start_only:
+        print(json.dumps({"loadavg_1m": round(os.getloadavg()[0], 2), "pool_first_job_s": pool_first_job_s(args.envs)}))
+        return
 
     load = round(os.getloadavg()[0], 2)  # other work on the box skews all figures
     bare, trivial = trivial_runs(args.runs)
@@ -185,6 +203,7 @@ def main() -> None:
     he[f"pufferlib_pool_{args.envs}_async_half"] = humaneval_pool(args.envs, args.envs // 2, args.passes)
     best_pool = max(he[f"pufferlib_pool_{args.envs}_sync"], he[f"pufferlib_pool_{args.envs}_async_half"])
     he["pool_over_thread_pool"] = round(best_pool / he[f"thread_pool_{args.threads}"], 3)
+    report[f"pool_{args.envs}_first_job_s"] = pool_first_job_s(args.envs)
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
