@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from envpool import start_pool_helper
 from envpool._puffer import pufferlib_vector
 
 MsgHandler = Callable[[int, tuple[Any, ...]], None]
@@ -159,7 +160,7 @@ class PipeMultiprocessing:
         # MCP server) cannot inherit a lock held by another thread. "fork" starts faster.
         ctx: Any = multiprocessing.get_context(start_method)  # typeshed: BaseContext lacks Process
         if start_method == "forkserver":
-            ctx.set_forkserver_preload(["envpool._preload"])
+            start_pool_helper()
         self.conns: list[Connection] = []
         self.processes: list[multiprocessing.process.BaseProcess] = []
         for w in range(num_workers):

@@ -34,6 +34,9 @@ class ExecutionHub:
             return self._pool
 
     def _start(self) -> EnvPool:
+        import envpool
+
+        envpool.start_pool_helper()  # its imports run while this thread imports envpool.pool
         from envpool.pool import EnvPool
 
         if self.settings.sandbox == "unsafe-local":

@@ -219,6 +219,37 @@ def test_pool_writes_nothing_to_stdout_and_workers_find_its_modules_imported(tmp
     assert imported.count("pydantic") == 2
 
 
+HELPER_SCRIPT = """
+import psutil
+import envpool
+
+def helpers() -> list[int]:
+    return [c.pid for c in psutil.Process().children() if "forkserver" in " ".join(c.cmdline())]
+
+if __name__ == "__main__":
+    envpool.start_pool_helper()
+    [helper] = helpers()
+    from envpool.pool import EnvPool
+    with EnvPool(num_envs=2, num_workers=2) as pool:
+        assert helpers() == [helper]
+        assert [psutil.Process(p.pid).ppid() for p in pool.vecenv.processes] == [helper, helper]
+    print("ok")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_helper_started_ahead_is_the_one_workers_fork_from(tmp_path: Path) -> None:
+    """What the MCP server does before its first pool: start the workers' helper process, then
+    import envpool.pool while the helper imports it too. The pool must use that helper."""
+    script = tmp_path / "prestart.py"
+    script.write_text(HELPER_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, cwd=tmp_path, env=env, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "ok\n"
+
+
 def test_coding_env_passes_gymnasium_env_checker() -> None:
     from gymnasium.utils.env_checker import check_env
 
