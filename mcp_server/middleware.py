@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import time
 import uuid
@@ -24,6 +23,7 @@ from mcp.server.mcpserver.exceptions import MCPServerError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from mcp_server.result_size import result_chars
 from training.db import EpisodeNotFound, StoreBusy, StoreError
 from training.records import EpisodeStatus
 from training.store import EpisodeStore
@@ -240,9 +240,7 @@ class ResultSizeLimit:
         result = await call_next(ctx)
         if ctx.method != "tools/call" or not isinstance(result, dict):
             return result
-        size = len(json.dumps(result.get("content"), ensure_ascii=False, default=str)) + len(
-            json.dumps(result.get("structuredContent"), ensure_ascii=False, default=str)
-        )
+        size = result_chars(result)
         limit = self.max_chars_of(ctx)
         if size <= limit:
             return result

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
-from mcp_server.tools.execute import parse_test_counts, reward_from_tests
+from mcp_server.tools.execute import RunCodeResult, parse_test_counts, reward_from_tests
 from tests.mcp_calls import call_error, call_ok
 from training.records import RewardSource
 from training.store import EpisodeStore
@@ -69,10 +70,25 @@ async def test_run_code_statuses(client: Client) -> None:
 
 
 @pytest.mark.anyio
-async def test_long_output_is_cut_to_fit_the_reply(client: Client, settings: Settings) -> None:
-    out = await call_ok(client, "run_code", {"code": "print('x' * 200_000); print('THE END')"})
-    assert out["truncated"] is True and out["stdout"].rstrip().endswith("THE END")
-    assert len(out["stdout"]) <= settings.max_result_chars // 3 + 100
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print('x' * 200_000); print('THE END')",
+        # Both streams full, and output of newlines, quotes and backslashes (6 characters each of
+        # the reply, which carries the result twice, once as JSON text): each used to come back as
+        # a size error, the run's output lost.
+        "import sys; print('x' * 200_000); print('y' * 200_000, file=sys.stderr); print('THE END')",
+        "print('\"a\\\\b\"\\n' * 50_000); print('THE END')",
+    ],
+)
+async def test_long_output_is_cut_to_fit_the_reply(client: Client, settings: Settings, code: str) -> None:
+    result = await client.call_tool("run_code", {"code": code})
+    assert not result.is_error, result.content
+    out = result.structured_content or {}
+    assert out["status"] == "ok" and out["truncated"] is True
+    assert out["stdout"].rstrip().endswith("THE END") and "characters omitted" in out["stdout"]
+    assert model_result_chars(RunCodeResult.model_validate(out)) <= settings.max_result_chars
+    assert len(out["stdout"]) > settings.max_result_chars // 10  # the limit is used, not wasted
 
 
 @pytest.mark.anyio

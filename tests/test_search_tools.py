@@ -61,6 +61,31 @@ async def test_index_then_search_finds_the_function(client: Client) -> None:
 
 
 @pytest.mark.anyio
+async def test_default_search_over_long_definitions_fits_the_reply(tmp_path: Path) -> None:
+    """Ten hits of ~2,300 characters of real-looking code (newlines and quotes cost 6 characters each
+    of the reply, sent as structured content and as JSON text) used to exceed the 20,000-character
+    limit: the agent got a size error for a default search. Each hit's text now keeps its first
+    whole lines and says how many it left out."""
+    ws = tmp_path / "long"
+    ws.mkdir()
+    for i in range(12):
+        body = "".join(f'    parse_line("field_{j}", row[{j}])  # parse the config\n' for j in range(40))
+        (ws / f"loader_{i}.py").write_text(f'def load_config_{i}(row):\n    """Parse config row {i}."""\n{body}')
+    settings = load_settings(home=tmp_path / "home", workspace=ws)
+    assert settings.max_result_chars == 20_000
+    async with Client(build_server(settings)) as c:
+        assert (await call_ok(c, "index_workspace", {"wait_s": 60}))["complete"]
+        result = await c.call_tool("search_code", {"query": "parse the config"})
+        assert not result.is_error, result.content
+        hits = (result.structured_content or {})["results"]
+        assert len(hits) == 10
+        assert all(h["text"].startswith(f"def load_config_{h['path'][7:-3]}(row):") for h in hits)
+        assert all((h["start_line"], h["end_line"]) == (1, 42) for h in hits)
+        cut = [h["text"] for h in hits if h["text"].endswith("more lines of this hit: read them from the file]")]
+        assert len(cut) == 10 and all(t.count("\n") < 41 for t in cut)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("path", ["/etc", "escape", "../", "~/.ssh"])
 async def test_paths_outside_the_workspace_are_refused(client: Client, path: str) -> None:
     for tool, args in (("index_workspace", {"path": path}), ("search_code", {"query": "x", "workspace": path})):

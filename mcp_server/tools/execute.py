@@ -12,7 +12,8 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from envpool.sandbox.base import InvalidRequest, RunRequest, RunResult, SandboxError, TestRunRequest, prepare_test_run
-from mcp_server.state import AppState, app_state
+from mcp_server.result_size import fit_result
+from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
 from training.db import EpisodeNotFound
 from training.records import RewardSource
@@ -55,8 +56,11 @@ def _fit(text: str, budget: int) -> tuple[str, bool]:
     return text[:half] + f"\n[... {len(text) - 2 * half} characters omitted ...]\n" + text[-half:], True
 
 
-def _result_fields(result: RunResult, state: AppState) -> dict[str, Any]:
-    budget = state.settings.max_result_chars // 3
+def _longest(result: RunResult) -> int:
+    return max(len(result.stdout), len(result.stderr))
+
+
+def _result_fields(result: RunResult, budget: int) -> dict[str, Any]:
     stdout, cut_out = _fit(result.stdout, budget)
     stderr, cut_err = _fit(result.stderr, budget)
     return {
@@ -138,7 +142,8 @@ async def run_code(
     result = await _run(
         ctx, _request(language=language, code=code, stdin=stdin, timeout_s=timeout_s, files=files or {})
     )
-    return RunCodeResult(**_result_fields(result, app_state(ctx)))
+    limit = app_state(ctx).settings.max_result_chars
+    return fit_result(lambda budget: RunCodeResult(**_result_fields(result, budget)), limit, _longest(result))
 
 
 async def run_tests(
@@ -176,13 +181,17 @@ async def run_tests(
         )
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: the tests ran, but their reward has no episode; call list_episodes") from exc
-    return RunTestsResult(
-        **_result_fields(result, state),
-        passed=result.ok,
-        tests_passed=passed,
-        tests_failed=failed,
-        reward=reward,
-        episode_id=target,
+    return fit_result(
+        lambda budget: RunTestsResult(
+            **_result_fields(result, budget),
+            passed=result.ok,
+            tests_passed=passed,
+            tests_failed=failed,
+            reward=reward,
+            episode_id=target,
+        ),
+        state.settings.max_result_chars,
+        _longest(result),
     )
 
 

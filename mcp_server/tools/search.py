@@ -10,6 +10,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from mcp_server.result_size import fit_result
 from mcp_server.state import AppState, app_state
 from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
@@ -65,11 +66,31 @@ async def search_code(
     workspace: WorkspacePath = None,
 ) -> SearchResponse:
     """Search the workspace's code (keyword + semantic). Never waits for indexing: says how complete the index is."""
-    service = await _service(app_state(ctx), workspace)
+    state = app_state(ctx)
+    service = await _service(state, workspace)
     try:
-        return await anyio.to_thread.run_sync(lambda: service.search_code(query, k, path_glob, language))
+        response: SearchResponse = await anyio.to_thread.run_sync(
+            lambda: service.search_code(query, k, path_glob, language)
+        )
     except RlideMemoryError as exc:
         raise ToolError(str(exc)) from exc
+
+    def cut_to(budget: int) -> SearchResponse:
+        hits = [hit.model_copy(update={"text": _head(hit.text, budget)}) for hit in response.results]
+        return response.model_copy(update={"results": hits})
+
+    longest = max((len(hit.text) for hit in response.results), default=0)
+    return fit_result(cut_to, state.settings.max_result_chars, longest)
+
+
+def _head(text: str, budget: int) -> str:
+    """A hit's first whole lines within `budget` characters (its signature and docstring come
+    first), saying how many lines were left out; the hit's path and lines locate the rest."""
+    if len(text) <= budget:
+        return text
+    head = text[: text.rfind("\n", 0, budget) + 1]
+    left_out = text.count("\n", len(head)) + 1
+    return f"{head}[... {left_out} more lines of this hit: read them from the file]"
 
 
 async def index_workspace(

@@ -1,0 +1,55 @@
+"""How big a tool result is on the wire, and fitting a result's long texts into the server's limit.
+
+MCPServer sends a tool's pydantic result twice: as structured content, and as a text block holding
+the same object as indented JSON; the message escapes that block's text once more. A character of
+program output or code thus costs 2 characters of the result (a letter) to 6 (a newline, a quote, a
+backslash). A fixed share of the limit per text either wastes it or overflows it: `run_code` with
+both streams full, or with output made of quotes and newlines, used to come back as a size error,
+and so did `search_code` with its default 10 results from real code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel
+
+FIT_TRIES = 6
+FIT_MARGIN = 0.95  # aim a little under the limit: a budget is a cap per text, not a prediction
+
+Result = TypeVar("Result", bound=BaseModel)
+
+
+def result_chars(result: dict[str, Any]) -> int:
+    """The size of a `tools/call` result that `middleware.ResultSizeLimit` holds to the limit: both
+    representations, as the JSON they travel in."""
+    content = json.dumps(result.get("content"), ensure_ascii=False, default=str)
+    structured = json.dumps(result.get("structuredContent"), ensure_ascii=False, default=str)
+    return len(content) + len(structured)
+
+
+def model_result_chars(model: BaseModel) -> int:
+    """`result_chars` of the result MCPServer makes of a tool that returns `model`."""
+    text = pydantic_core.to_json(model, indent=2).decode()
+    structured = model.model_dump(mode="json")
+    return result_chars({"content": [{"type": "text", "text": text}], "structuredContent": structured})
+
+
+def fit_result(build: Callable[[int], Result], limit: int, longest: int) -> Result:
+    """`build(budget)` makes the result with each of its long texts cut to at most `budget`
+    characters; `longest` is the longest of those texts. Returns the first result that fits
+    `limit`, trying budgets from `longest` down, each scaled by how far over the last one was; after
+    `FIT_TRIES`, the last one (the middleware then reports it: only a result whose other fields
+    alone are over the limit gets there)."""
+    budget = longest
+    result = build(budget)
+    for _ in range(FIT_TRIES):
+        size = model_result_chars(result)
+        if size <= limit:
+            break
+        budget = int(budget * limit / size * FIT_MARGIN)
+        result = build(budget)
+    return result
