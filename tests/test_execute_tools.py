@@ -15,7 +15,7 @@ from mcp import Client
 from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
-from mcp_server.tools.execute import RunCodeResult, parse_test_counts, reward_from_tests
+from mcp_server.tools.execute import RunCodeResult, _fit, parse_test_counts, reward_from_tests
 from tests.mcp_calls import call_error, call_ok
 from training.records import RewardSource
 from training.store import EpisodeStore
@@ -150,6 +150,13 @@ async def test_bad_requests_are_refused_with_a_reason(client: Client) -> None:
 )
 def test_counts_from_test_runner_output(output: str, counts: tuple[int | None, int | None]) -> None:
     assert parse_test_counts(output) == counts
+
+
+def test_output_is_cut_to_head_and_tail_down_to_a_zero_budget() -> None:
+    # fit_result scales the budget towards 0 when a result's other fields are over the limit.
+    assert _fit("abcdefghij", 4) == ("ab\n[... 6 characters omitted ...]\nij", True)
+    assert _fit("abcdefghij", 0) == ("\n[... 10 characters omitted ...]\n", True)
+    assert _fit("abc", 3) == ("abc", False)
 
 
 def test_rewards_map_pass_share_to_the_unit_interval() -> None:

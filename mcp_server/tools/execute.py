@@ -53,7 +53,7 @@ def _fit(text: str, budget: int) -> tuple[str, bool]:
     if len(text) <= budget:
         return text, False
     half = budget // 2
-    return text[:half] + f"\n[... {len(text) - 2 * half} characters omitted ...]\n" + text[-half:], True
+    return text[:half] + f"\n[... {len(text) - 2 * half} characters omitted ...]\n" + text[len(text) - half :], True
 
 
 def _longest(result: RunResult) -> int:
