@@ -36,6 +36,9 @@ class ExecutionHub:
     def _start(self) -> EnvPool:
         import envpool
 
+        # The backend's own reason, before a helper process (~100 MB once it has imported the
+        # pool) is started for a pool that cannot run; EnvPool checks again, for its other callers.
+        envpool.make_sandbox(self.settings.sandbox).close()
         envpool.start_pool_helper()  # its imports run while this thread imports envpool.pool
         from envpool.pool import EnvPool
 

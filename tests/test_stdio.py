@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -205,3 +206,16 @@ def test_indexing_with_worker_processes_keeps_stdout_clean(
     for line in server.stdout_lines:
         _assert_jsonrpc(line)
     assert "chunking.parse_failed" in server.stderr()
+
+
+def test_no_pool_helper_is_started_for_a_sandbox_that_cannot_run(
+    stdio_server: Callable[..., StdioServer], tmp_path: Path
+) -> None:
+    # The helper process pool workers fork from holds ~100 MB once it has imported the pool.
+    server = stdio_server(RLIDE_SANDBOX="docker", DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
+    server.initialize("2025-06-18")
+    result = server.call_tool("run_code", {"code": "print(1)"})
+    assert result["isError"] is True, result
+    assert "code execution is unavailable here" in result["content"][0]["text"], result
+    children = psutil.Process(server.proc.pid).children(recursive=True)
+    assert not [c.pid for c in children if "forkserver" in " ".join(c.cmdline())]
