@@ -10,9 +10,11 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import numpy as np
+import psutil
 import pytest
 
 from envpool.env import CodingEnv, decode_bytes, encode_bytes
@@ -20,6 +22,9 @@ from envpool.pool import EnvPool, PoolState, WorkerDied
 from envpool.sandbox.base import RunRequest, RunStatus, TestRunRequest
 from envpool.tasks import CodingTask, load_humaneval
 from tests.envpool.conftest import live_sandbox_uid_pids, requires_bwrap
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
 
 pytestmark = [requires_bwrap]
 TASKS = {t.task_id: t for t in load_humaneval()}
@@ -266,7 +271,6 @@ def test_coding_env_passes_gymnasium_env_checker() -> None:
 def test_ray_backend_runs_tasks_and_a_dead_ray_worker_raises() -> None:
     """pufferlib's Ray backend on a local Ray cluster (what `RAY_ADDRESS` would spread over machines)."""
     pytest.importorskip("ray", reason="the ray extra is not installed")
-    import psutil
 
     tasks = list(load_humaneval())[:4]
     with EnvPool(num_envs=4, num_workers=2, backend="ray", tasks=tasks) as p:
@@ -300,3 +304,82 @@ def test_ray_backend_runs_tasks_and_a_dead_ray_worker_raises() -> None:
     import ray
 
     assert not ray.is_initialized()  # close() shut the local cluster down despite the dead actor
+
+
+def serial_actor_nodes() -> dict[int, str | None]:
+    """Each live pufferlib Ray actor's pid -> the node id of the raylet that spawned it, read from
+    the raylet's command line (None when no raylet is among its ancestors)."""
+    found: dict[int, str | None] = {}
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if not (proc.info["cmdline"] or [""])[0].startswith("ray::Serial"):
+            continue
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue  # exited; only its raylet has yet to reap it
+        try:
+            raylets = [p for p in proc.parents() if p.name() == "raylet"]
+            args = raylets[0].cmdline() if raylets else []
+        except psutil.NoSuchProcess:
+            continue
+        found[proc.pid] = next((a.split("=", 1)[1] for a in args if a.startswith("--node_id=")), None)
+    return found
+
+
+@pytest.fixture
+def ray_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cluster, str]]:
+    """An external two-raylet Ray cluster named by `RAY_ADDRESS`: a head that takes no actors
+    (num_cpus=0) and a second node that must take them all. Yields the cluster and that node's id."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    from ray._common.utils import reset_ray_address
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster()
+    try:
+        cluster.add_node(num_cpus=0)
+        node = cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        # Cluster records itself as this machine's current cluster, which a bare ray.init() would
+        # join anyway: forget that, so RAY_ADDRESS is the only way to it.
+        reset_ray_address()
+        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+        yield cluster, node.node_id
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_ray_backend_joins_an_external_multi_node_cluster_and_leaves_it_running(
+    ray_cluster: tuple[Cluster, str],
+) -> None:
+    """The pool joins a cluster it did not start: its actors run on the node Ray picks, and
+    close() ends them but leaves the cluster up."""
+    import ray
+
+    cluster, node_id = ray_cluster
+    tasks = list(load_humaneval())[:2]
+    by_id = {t.task_id: t for t in tasks}
+    with EnvPool(num_envs=2, num_workers=2, backend="ray", tasks=tasks) as p:
+        _, infos = p.reset()
+        serving = {info["env_id"]: info["task_id"] for info in infos}
+        assert sorted(serving) == [0, 1]
+        p.send(np.stack([encode_bytes(by_id[serving[e]].canonical_solution, ACTION_BYTES) for e in range(2)]))
+        _, rewards, _, _, infos, env_ids, _ = p.recv()
+        assert sorted(env_ids.tolist()) == [0, 1]
+        assert rewards.tolist() == [1.0] * 2 and {i["status"] for i in infos} == {"ok"}
+        p.send(np.stack([encode_bytes("    pass\n", ACTION_BYTES)] * 2))
+        _, rewards, *_ = p.recv()
+        assert rewards.tolist() == [0.0] * 2
+        # Only the second node offers CPUs: an actor under any other raylet (the head's, or one of
+        # a cluster the pool started itself) fails here.
+        actors = serial_actor_nodes()
+        assert list(actors.values()) == [node_id] * 2, (actors, node_id)
+    assert not ray.is_initialized()  # close() disconnected the driver...
+    deadline = time.monotonic() + 10  # ...and Ray reaps a gone driver's actors asynchronously
+    while serial_actor_nodes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert serial_actor_nodes() == {}
+    assert cluster.remaining_processes_alive()
+    ray.init()  # the cluster still serves a new driver, with both nodes
+    try:
+        assert [n["Alive"] for n in ray.nodes()] == [True, True]
+    finally:
+        ray.shutdown()
