@@ -1,5 +1,6 @@
-"""The seccomp filters of every ABI, run through a BPF interpreter (only x86_64's also runs in a
-kernel here: the containment tests), and their syscall numbers checked against the kernel's headers."""
+"""The seccomp filters of every ABI, run through a BPF interpreter, and their syscall numbers
+checked against the kernel's headers. In real kernels: the containment tests (x86_64, through
+bwrap) and test_seccomp_kernels.py (this machine's, aarch64's and riscv64's)."""
 
 from __future__ import annotations
 
