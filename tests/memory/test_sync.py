@@ -137,3 +137,20 @@ def test_bulk_path_in_worker_processes_matches_serial(
         progress = parallel.indexer.sync(embed=False)
         assert progress.files_done == 5
         assert sorted((c.chunk_id, c.embed_hash) for c in parallel.store.pending(1000)) == expected
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity API on this platform")
+def test_bulk_syncs_take_a_worker_per_cpu_they_may_use_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process pinned to one CPU (a container's cpuset, `taskset`) prepares files in-process
+    rather than in two workers fighting over that CPU; a big machine gets more, up to the cap."""
+    import memory.sync
+
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert memory.sync.worker_count() == 1
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert memory.sync.worker_count() == min(len(allowed), memory.sync.PARALLEL_WORKERS_MAX)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert memory.sync.worker_count() == memory.sync.PARALLEL_WORKERS_MAX == 4
