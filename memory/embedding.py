@@ -3,7 +3,6 @@ behind a cache keyed by model and content hash so unchanged text is never embedd
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections import OrderedDict
@@ -15,6 +14,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 import structlog
 
+from memory.cpus import usable_cpus
 from memory.errors import EmbedderError, MemoryConfigError
 from memory.files import text_hash
 from memory.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
@@ -91,7 +91,7 @@ class OnnxMiniLM:
         # using: search_code never waits behind background embedding.)
         self._sessions = [
             ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-            for _ in range(threads or min(2, os.cpu_count() or 1))
+            for _ in range(threads or min(2, usable_cpus()))
         ]
         self._bulk_lock = threading.Lock()
         self._cache_lock = threading.Lock()

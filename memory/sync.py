@@ -6,7 +6,6 @@ from __future__ import annotations
 import enum
 import itertools
 import multiprocessing
-import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import structlog
 
+from memory.cpus import usable_cpus
 from memory.embedding import CachedEmbedder
 from memory.files import SourceFile, walk_workspace
 from memory.prepare import PreparedFile, keep_stdout_clean, prepare_file
@@ -60,13 +60,8 @@ ProgressCallback = Callable[[Progress], None]
 
 
 def worker_count() -> int:
-    """Worker processes for a bulk sync: one per CPU this process may run on (a container's or
-    `taskset`'s limit, not the host's count), up to PARALLEL_WORKERS_MAX."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows: no affinity API
-        cpus = os.cpu_count() or 1
-    return min(PARALLEL_WORKERS_MAX, cpus)
+    """Worker processes for a bulk sync: one per CPU this process may run on, up to PARALLEL_WORKERS_MAX."""
+    return min(PARALLEL_WORKERS_MAX, usable_cpus())
 
 
 def _prepare_all(root: Path, sources: list[SourceFile]) -> Generator[PreparedFile, None, None]:
