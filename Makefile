@@ -1,6 +1,6 @@
 # `make run`: set up everything, then serve rlide on embedded defaults (HTTP on loopback).
 # `make test`: set up everything, then run the whole test suite.
-.PHONY: setup run serve-stdio test lint bench seccomp-kernels
+.PHONY: setup run serve-stdio test lint bench
 PORT ?= 8765
 
 setup:
@@ -21,9 +21,3 @@ lint: setup
 
 bench: setup
 	.venv/bin/python benchmarks/mcp_overhead.py
-
-# Optional, root: qemu, cross compilers and two pinned kernels, then the seccomp filters of
-# aarch64 and riscv64 run in those kernels (docs/sandbox.md, "The seccomp filters in real kernels").
-seccomp-kernels: setup
-	@bash scripts/setup_seccomp_kernels.sh
-	.venv/bin/pytest -q tests/envpool/test_seccomp_kernels.py

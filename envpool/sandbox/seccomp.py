@@ -13,7 +13,7 @@ The filter applies to the fork-server too; it needs none of these calls. Other a
 no filter (logged): the namespaces and limits still apply. Every filter is checked against the
 kernel's headers and run through a BPF interpreter in the tests; the x86_64 one runs in every
 containment test, and the aarch64 and riscv64 ones in Debian kernels of theirs under qemu
-(tests/envpool/test_seccomp_kernels.py, after `make seccomp-kernels`).
+(tests/envpool/test_seccomp_kernels.py, set up by `make setup` as root).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ booted as the only program (PID 1) of a tiny initramfs on an unmodified Debian k
 `qemu-system-aarch64`/`qemu-system-riscv64` in full-system emulation. qemu's user-mode emulation
 would not do: it runs the guest's syscalls on the host kernel, which knows nothing of the guest's
 seccomp ABI. The kernels are pinned by sha256 and cached; `scripts/setup_seccomp_kernels.sh`
-(root) installs the toolchains and fetches them, and `python -m tests.envpool.seccomp_kernels
+(root; `make setup` runs it) installs the toolchains and fetches them, and `python -m tests.envpool.seccomp_kernels
 fetch` fetches the kernels alone.
 """
 

@@ -28,7 +28,7 @@ from tests.envpool.seccomp_kernels import (
     run_on_host,
 )
 
-SETUP = "run `sudo bash scripts/setup_seccomp_kernels.sh` (or `make seccomp-kernels`)"
+SETUP = "as root, run `bash scripts/setup_seccomp_kernels.sh` (`make setup` does)"
 
 
 def _host_abi(tmp_path: Path) -> seccomp.Abi:
