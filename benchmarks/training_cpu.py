@@ -70,24 +70,34 @@ def train_figures(workdir: Path, steps: int) -> dict[str, Any]:
 
 
 class ConstantEngine:
-    """A `PolicyEngine` that answers instantly, so only the HTTP layers are timed."""
+    """A `PolicyEngine` that answers instantly, so only the HTTP layers are timed. By default a
+    3-token answer to a 20-token prompt; `tokens`/`prompt_tokens` make it an agent's real turn."""
 
     model_id = "student"
     checkpoint_step = 0
 
-    def __init__(self) -> None:
-        lp = [{"token": f"token_id:{i}", "logprob": -0.5, "bytes": [65], "top_logprobs": []} for i in (5, 6, 2)]
+    def __init__(self, tokens: int = 3, prompt_tokens: int = 20) -> None:
+        ids = [5, 6, 2] if tokens == 3 else [(7 * i) % 32000 for i in range(tokens)]
+        lp = [
+            {
+                "token": f"token_id:{i}",
+                "logprob": -0.5 if tokens == 3 else -1 / (k + 3),
+                "bytes": [65],
+                "top_logprobs": [],
+            }
+            for k, i in enumerate(ids)
+        ]
         self.completion = Completion(
             choices=[
                 {
                     "index": 0,
                     "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "42"},
+                    "message": {"role": "assistant", "content": "42" if tokens == 3 else "x = 1\n" * (tokens // 4)},
                     "logprobs": {"content": lp, "refusal": None},
                 }
             ],
-            prompt_token_ids=list(range(20)),
-            completion_token_ids=[[5, 6, 2]],
+            prompt_token_ids=list(range(prompt_tokens)),
+            completion_token_ids=[ids],
             checkpoint_step=0,
         )
 
@@ -138,17 +148,24 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
     from starlette.routing import Route
 
     engine = ConstantEngine()
+    # An agent's real turn: 256 tokens with logprobs after a ~6,000-token conversation (the long body).
+    agent_engine = ConstantEngine(tokens=256, prompt_tokens=6000)
     store = EpisodeStore.open(str(workdir / "gateway.db"))
     gateway = Gateway(engine, store)
+    agent_gateway = Gateway(agent_engine, store)
 
-    async def bare(request: Request) -> JSONResponse:
-        body = await request.json()
-        completion = await anyio.to_thread.run_sync(
-            lambda: engine.complete(body["messages"], n=1, max_tokens=8, temperature=1.0, seed=None, tools=None)
-        )
-        return JSONResponse(completion_response("student", completion, True))
+    def bare_app_of(engine: ConstantEngine) -> Starlette:
+        async def bare(request: Request) -> JSONResponse:
+            body = await request.json()
+            completion = await anyio.to_thread.run_sync(
+                lambda: engine.complete(body["messages"], n=1, max_tokens=8, temperature=1.0, seed=None, tools=None)
+            )
+            return JSONResponse(completion_response("student", completion, True))
 
-    bare_app = Starlette(routes=[Route("/v1/chat/completions", bare, methods=["POST"])])
+        return Starlette(routes=[Route("/v1/chat/completions", bare, methods=["POST"])])
+
+    bare_app = bare_app_of(engine)
+    bare_agent_app = bare_app_of(agent_engine)
     body = {
         "model": "student",
         "messages": [{"role": "user", "content": "Write a number."}],
@@ -171,6 +188,8 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
     long_episode = store.start_episode("bench long", source=EpisodeSource.policy)
     recorded = f"/episodes/{episode.id}/v1/chat/completions"
     recorded_long = f"/episodes/{long_episode.id}/v1/chat/completions"
+    agent_episode = store.start_episode("bench agent", source=EpisodeSource.policy)
+    recorded_agent = f"/episodes/{agent_episode.id}/v1/chat/completions"
 
     async def run_all() -> dict[str, list[float]]:
         # Interleave rounds so drift in machine load hits every case alike.
@@ -180,6 +199,8 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
             "gateway_recorded": [],
             "bare_long": [],
             "gateway_recorded_long": [],
+            "bare_agent": [],
+            "gateway_recorded_agent": [],
         }
         rounds = 4
         for _ in range(rounds):
@@ -189,6 +210,12 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
             out["bare_long"] += await _time_requests(bare_app, "/v1/chat/completions", long_body, n // (4 * rounds))
             out["gateway_recorded_long"] += await _time_requests(
                 gateway.app, recorded_long, long_body, n // (4 * rounds)
+            )
+            out["bare_agent"] += await _time_requests(
+                bare_agent_app, "/v1/chat/completions", long_body, n // (4 * rounds)
+            )
+            out["gateway_recorded_agent"] += await _time_requests(
+                agent_gateway.app, recorded_agent, long_body, n // (4 * rounds)
             )
         return out
 
@@ -225,6 +252,8 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         "long_request_bytes": len(json.dumps(long_body())),
         "bare_endpoint_long_us_median": round(med["bare_long"], 1),
         "gateway_recorded_long_overhead_us": round(med["gateway_recorded_long"] - med["bare_long"], 1),
+        "bare_endpoint_agent_turn_us_median": round(med["bare_agent"], 1),
+        "gateway_recorded_agent_turn_overhead_us": round(med["gateway_recorded_agent"] - med["bare_agent"], 1),
         "sqlite_turn_write_us": round(write_us, 1),
         "goal_overhead_us": 50,
     }

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from training.db import Row
 from training.records import Episode, EpisodeSource, EpisodeStatus, from_epoch
 from training.redact import redact_text
@@ -31,11 +33,26 @@ def clip_text(text: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=True, default=str)
+_AS_STDLIB = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME  # str() them, as `_ENCODER` does
 
 
 def json_text(value: Any) -> str:
-    """JSON for a text column; ASCII escapes keep any string, lone surrogates included, exactly."""
-    return _ENCODER.encode(value)
+    """JSON for a text column that decodes (`json.loads`) to what the standard library's encoder
+    would give (`default=str`; ASCII escapes keep lone surrogates), in a fraction of its time, for
+    the JSON-like values the log holds (a plain `Enum` member is the exception: orjson writes its
+    value, not its `str`).
+
+    orjson writes a recorded turn 5-20x faster (a 256-token choice with logprobs: ~50 µs against
+    ~950 µs), but it writes NaN and ±Infinity as `null`, and it refuses lone surrogates, non-str
+    keys and integers past 64 bits. So its text is kept as it is when it holds no `null`, else
+    only if it decodes back to `value`; every other case takes the standard encoder."""
+    try:
+        text = orjson.dumps(value, default=str, option=_AS_STDLIB)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a non-str key, a big int, deep nesting
+        return _ENCODER.encode(value)
+    if b"null" in text and orjson.loads(text) != value:
+        return _ENCODER.encode(value)
+    return text.decode()
 
 
 EPISODE_COLUMNS = (

@@ -117,8 +117,8 @@ class EncodedTurn:
             checkpoint_step,
             json_text(clean.data),
             json_text(clean_choice),
-            None if prompt_token_ids is None else json.dumps(prompt_token_ids),
-            None if completion_token_ids is None else json.dumps(completion_token_ids),
+            None if prompt_token_ids is None else json_text(prompt_token_ids),
+            None if completion_token_ids is None else json_text(completion_token_ids),
         )
         return cls(model, checkpoint_step, clean, clean_choice, prompt_token_ids, completion_token_ids, columns)
 
