@@ -119,6 +119,14 @@ async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: S
 
 
 @pytest.mark.anyio
+async def test_test_functions_given_as_code_are_run_not_just_defined(client: Client) -> None:
+    """Run as a script, test code only defines its test functions: a failing test passed, +1."""
+    given = await call_ok(client, "run_tests", {"files": {"calc.py": CALC}, "tests": TESTS})
+    assert (given["passed"], given["tests_passed"], given["tests_failed"], given["reward"]) == (False, 1, 1, 0.0)
+    assert "assert 4 == 5" in given["stdout"]
+
+
+@pytest.mark.anyio
 async def test_bad_requests_are_refused_with_a_reason(client: Client) -> None:
     assert "exactly one of test_command" in await call_error(client, "run_tests", {"files": {"a.py": ""}})
     assert "exactly one of test_command" in await call_error(

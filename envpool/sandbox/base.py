@@ -6,6 +6,7 @@ Everything that crosses a process or API boundary is a pydantic model (`RunReque
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import posixpath
@@ -145,8 +146,10 @@ class RunResult(BaseModel):
 class TestRunRequest(BaseModel):
     """Write `files`, optionally apply a unified diff, then run a test command or test code.
 
-    Exactly one of `test_command` (a shell command) or `tests` (Python test code appended to a
-    runner that imports nothing) is required.
+    Exactly one of `test_command` (a shell command) or `tests` (Python test code) is required.
+    Test code that defines pytest-style tests (top-level `test*` functions, `Test*` classes,
+    `unittest.TestCase` subclasses) runs under pytest; other code runs as a script, its top-level
+    asserts being the tests (`defines_tests` decides).
     """
 
     __test__ = False  # not a pytest class
@@ -167,7 +170,27 @@ class TestRunRequest(BaseModel):
 
 
 PATCH_FILE = ".rlide/patch.diff"
-TESTS_FILE = ".rlide/tests.py"
+TESTS_FILE = ".rlide/given_tests.py"  # not tests.py: a workspace's own `tests` package must still import
+PYTEST = "python3 -m pytest -q -p no:cacheprovider --import-mode=importlib"
+"""pytest inside the sandbox (bwrap binds it read-only; a backend without it says `No module named pytest`)."""
+
+
+def defines_tests(code: str) -> bool:
+    """Whether Python test code defines tests that pytest would collect, which run as a plain
+    script would be defined and never called: a failing test would pass. Parsed, never run here."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False  # run as a script, the interpreter reports it
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
+            return True
+        if isinstance(node, ast.ClassDef) and (
+            node.name.startswith("Test")
+            or any((b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")) == "TestCase" for b in node.bases)
+        ):
+            return True
+    return False
 
 
 def prepare_test_run(test: TestRunRequest) -> RunRequest:
@@ -182,7 +205,9 @@ def prepare_test_run(test: TestRunRequest) -> RunRequest:
         steps.append(f"patch --batch --forward --silent -p{test.patch_strip} -i {PATCH_FILE}")
     if test.tests is not None:
         files[TESTS_FILE] = test.tests
-        steps.append(f'PYTHONPATH="$PWD" exec python3 {TESTS_FILE}')  # import from the workspace root
+        run = PYTEST if defines_tests(test.tests) else "python3"
+        # Import from the workspace root, and keep the sandbox's own path (pytest's site).
+        steps.append(f'PYTHONPATH="$PWD${{PYTHONPATH:+:$PYTHONPATH}}" exec {run} {TESTS_FILE}')
     else:
         assert test.test_command is not None
         steps.append(test.test_command)

@@ -151,7 +151,14 @@ async def run_tests(
     test_command: Annotated[
         str | None, Field(max_length=10_000, description="Shell command, e.g. 'python -m pytest -q'.")
     ] = None,
-    tests: Annotated[str | None, Field(max_length=1_000_000, description="Python test code to run instead.")] = None,
+    tests: Annotated[
+        str | None,
+        Field(
+            max_length=1_000_000,
+            description="Python test code to run instead: test_* functions and Test* classes run under pytest; "
+            "code without them runs as a script, its asserts being the tests.",
+        ),
+    ] = None,
     files: Files = None,
     patch: Annotated[
         str | None, Field(max_length=2_000_000, description="Unified diff applied to files first.")

@@ -14,6 +14,7 @@ from envpool.sandbox.base import (
     RunRequest,
     RunStatus,
     TestRunRequest,
+    defines_tests,
     prepare_test_run,
     run_tests,
     validate_relative_path,
@@ -83,6 +84,44 @@ def test_run_tests_with_a_patch(sandbox: BwrapSandbox) -> None:
     hostile = TestRunRequest(files={"calc.py": SOURCE}, patch=PATCH.replace("calc.py", "../../etc/passwd"), tests=TESTS)
     result = run_tests(sandbox, hostile)
     assert result.status is RunStatus.ERROR  # patch refuses paths outside the workspace
+
+
+@requires_bwrap
+def test_given_test_functions_run_under_pytest_and_scripts_run_as_they_are(sandbox: BwrapSandbox) -> None:
+    """A workspace's own `tests` package still imports: the given code is not itself `tests`."""
+    files = {"calc.py": SOURCE, "tests/__init__.py": "", "tests/expect.py": "FIVE = 5\n"}
+    cases = [
+        ("from calc import add\nfrom tests.expect import FIVE\n\ndef test_add():\n"
+         "    assert add(2, 3) == FIVE\n", "1 failed"),
+        ("import unittest\nimport calc\n\nclass Calc(unittest.TestCase):\n    def test_add(self):\n"
+         "        self.assertEqual(calc.add(2, 3), 5)\n", "1 failed"),
+        ("import calc\n\nclass TestCalc:\n    def test_sub(self):\n        assert calc.add(3, 2) == 1\n", "1 passed"),
+    ]  # fmt: skip
+    for tests, summary in cases:
+        result = sandbox.run(prepare_test_run(TestRunRequest(files=files, tests=tests)))
+        assert summary in result.stdout, (tests, result.stdout, result.stderr)
+        assert (result.status is RunStatus.OK) == (summary == "1 passed")
+    script = sandbox.run(prepare_test_run(TestRunRequest(files=files, tests=TESTS)))
+    assert script.status is RunStatus.ERROR and "AssertionError: -1" in script.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "collected"),
+    [
+        ("def test_x():\n    pass\n", True),
+        ("async def test_x():\n    pass\n", True),
+        ("class TestX:\n    pass\n", True),
+        ("import unittest\nclass Checks(unittest.TestCase):\n    pass\n", True),
+        ("from unittest import TestCase\nclass Checks(TestCase):\n    pass\n", True),
+        ("assert 1 + 1 == 2\n", False),
+        ("def helper():\n    pass\nhelper()\n", False),
+        ("def test_x(:\n", False),  # a syntax error: python3 reports it
+    ],
+)
+def test_which_test_code_runs_under_pytest(code: str, collected: bool) -> None:
+    assert defines_tests(code) is collected
+    run = prepare_test_run(TestRunRequest(tests=code)).code
+    assert ("-m pytest" in run) is collected
 
 
 def test_test_run_needs_exactly_one_of_command_or_tests() -> None:
