@@ -169,9 +169,25 @@ class SourceFile:
     mtime_ns: int
 
 
+LANGUAGES = frozenset(LANGUAGE_BY_SUFFIX.values())
+LANGUAGE_ALIASES = {
+    "py": "python", "js": "javascript", "node": "javascript", "ts": "typescript", "golang": "go",
+    "rs": "rust", "c++": "cpp", "cxx": "cpp", "sh": "shell", "bash": "shell", "md": "markdown",
+    "yml": "yaml", "rb": "ruby", "kt": "kotlin", "cs": "csharp", "c#": "csharp",
+}  # fmt: skip
+
+
 def language_for(path: str) -> str:
     """Language name from the file name; "text" when we do not know it."""
     return LANGUAGE_BY_SUFFIX.get(os.path.splitext(path)[1].lower(), "text")
+
+
+def canonical_language(name: str) -> str | None:
+    """The name the index gives `name`'s language (any case, or a common alias such as "py"), or
+    None when no indexed file can have it: a filter on it would quietly find nothing."""
+    key = name.strip().lower()
+    key = LANGUAGE_ALIASES.get(key, key)
+    return key if key in LANGUAGES else None
 
 
 def content_hash(data: bytes) -> str:

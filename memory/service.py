@@ -12,6 +12,7 @@ import structlog
 
 from memory.config import MemoryConfig, build_embedder, build_stores
 from memory.errors import QueryError, WorkspaceError
+from memory.files import LANGUAGES, canonical_language
 from memory.models import CodeHit, IndexStatus, SearchResponse
 from memory.search import Mode, search
 from memory.solutions import SolutionHit, SolutionMemory, SolvedEpisode
@@ -131,6 +132,13 @@ class MemoryService:
         if mode not in {m.value for m in Mode}:
             raise QueryError(f"mode {mode!r} is unknown: use one of hybrid, keyword, dense")
         k = max(1, min(k, MAX_K))
+        if language:
+            known = canonical_language(language)
+            if known is None:
+                raise QueryError(
+                    f"language {language!r} is unknown: use one of {', '.join(sorted(LANGUAGES))}, or leave it out"
+                )
+            language = known
         if self._background is None and self.indexer.progress.phase is Phase.IDLE:
             # First search in this process: bring the index up to date in the background (it may
             # be new, or stale from before a restart) and answer from what is there now.

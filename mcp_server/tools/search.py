@@ -62,7 +62,9 @@ async def search_code(
     path_glob: Annotated[
         str | None, Field(max_length=500, description="Only paths matching, e.g. 'src/**/*.py'.")
     ] = None,
-    language: Annotated[str | None, Field(max_length=40, description="Only this language, e.g. python.")] = None,
+    language: Annotated[
+        str | None, Field(max_length=40, description="Only this language, e.g. python, typescript, go (or py, ts).")
+    ] = None,
     workspace: WorkspacePath = None,
 ) -> SearchResponse:
     """Search the workspace's code (keyword + semantic). Never waits for indexing: says how complete the index is."""

@@ -39,6 +39,15 @@ def test_search_code_response(svc: MemoryService) -> None:
 
 def test_filters(svc: MemoryService) -> None:
     assert {h.language for h in svc.search_code("server function", language="go").results} == {"go"}
+    # Any case and common aliases name the same language; an unknown one is an error, not an
+    # empty result that would read as "no such code here".
+    assert (
+        svc.search_code("server function", language=" Golang").results
+        == svc.search_code("server function", language="go").results
+    )
+    assert {h.language for h in svc.search_code("user password", language="PY").results} == {"python"}
+    with pytest.raises(QueryError, match="'cobol' is unknown: use one of .*python.*typescript"):
+        svc.search_code("server", language="cobol")
     assert all(h.path.startswith("web/") for h in svc.search_code("server", path_glob="web/**").results)
     assert svc.search_code("fibonacci", path_glob="*.py", mode="keyword").results == []
     assert svc.search_code("rate limit requests per ip", mode="dense").results[0].path == "web/server.ts"
