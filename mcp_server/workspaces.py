@@ -116,10 +116,11 @@ class WorkspaceHub:
 
         episode = detail.episode
         touched = sorted({str(v) for step in detail.steps for v in _paths_in(step.arguments)})
+        task = episode.summary if episode.implicit and episode.summary else episode.task
         solved = SolvedEpisode(
             episode_id=episode.id,
-            task=episode.task,
-            summary=episode.summary or episode.task,
+            task=task,
+            summary=episode.summary or task,
             files_touched=touched[:100],
             outcome=episode.status.value,
             reward=max(-1.0, min(1.0, episode.reward_total or 0.0)),

@@ -124,6 +124,18 @@ async def test_a_solved_episode_is_recalled(client: Client) -> None:
     again = await call_ok(client, "recall_solutions", {"query": "abandoned idea"})
     assert [s["task"] for s in again["solutions"]] == ["rescale the reward to [-1, 1]"]  # failures are not solutions
 
+    # Tool calls outside start_episode land in an implicit episode whose task is a placeholder: it
+    # is a solution only when end_episode says what was done, and then that is its task.
+    await call_ok(client, "search_code", {"query": "slugify"})
+    await call_ok(client, "end_episode", {"outcome": "success"})
+    await call_ok(client, "search_code", {"query": "slugify"})
+    await call_ok(client, "end_episode", {"outcome": "success", "summary": "slugify keeps unicode letters"})
+    implicit = await call_ok(client, "recall_solutions", {"query": "implicit tool calls slugify unicode", "k": 5})
+    assert sorted(s["task"] for s in implicit["solutions"]) == [
+        "rescale the reward to [-1, 1]",
+        "slugify keeps unicode letters",
+    ]
+
 
 @pytest.mark.anyio
 async def test_a_symlinked_file_never_leaks_what_it_points_to(tmp_path: Path, workspace: Path) -> None:

@@ -118,7 +118,8 @@ async def end_episode(
     if reward is not None:
         await state.recorder.run(state.store.add_reward, target, RewardSource.outcome, reward, f"outcome: {outcome}")
         episode = await state.recorder.run(state.store.get_episode, target)
-    if status is EpisodeStatus.success:
+    if status is EpisodeStatus.success and (summary or not episode.implicit):
+        # An implicit episode's task is a placeholder: only its summary can say what was solved.
         await _remember(state, target)
     return EndEpisodeResult(episode=episode, outcome_reward=reward)
 
