@@ -249,7 +249,7 @@ class EnvPool:
 
     async def run_tests(self, test: TestRunRequest) -> RunResult:
         """Files + optional unified diff + test command (or test code), as one sandboxed run."""
-        return await self.run(prepare_test_run(test))
+        return await self.run(await anyio.to_thread.run_sync(prepare_test_run, test))
 
     async def run_many(self, requests: Sequence[RunRequest]) -> list[RunResult]:
         """Run all requests concurrently; results in request order. The first failure is raised

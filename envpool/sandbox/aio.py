@@ -27,4 +27,4 @@ async def run_async(sandbox: Sandbox, request: RunRequest) -> RunResult:
 
 
 async def run_tests_async(sandbox: Sandbox, test: TestRunRequest) -> RunResult:
-    return await run_async(sandbox, prepare_test_run(test))
+    return await run_async(sandbox, await anyio.to_thread.run_sync(prepare_test_run, test))

@@ -194,7 +194,8 @@ def defines_tests(code: str) -> bool:
 
 
 def prepare_test_run(test: TestRunRequest) -> RunRequest:
-    """Turn a TestRunRequest into one shell RunRequest that runs entirely inside the sandbox."""
+    """Turn a TestRunRequest into one shell RunRequest that runs entirely inside the sandbox.
+    Async callers run it in a thread: it parses the test code (`defines_tests`), up to ~1 s for 1 MB."""
     if (test.test_command is None) == (test.tests is None):
         raise InvalidRequest("give exactly one of test_command or tests")
     files = dict(test.files)

@@ -171,9 +171,10 @@ async def run_tests(
     if (test_command is None) == (tests is None):
         raise ToolError("give exactly one of test_command (a shell command) or tests (Python test code)")
     try:
-        request = prepare_test_run(
-            TestRunRequest(files=files or {}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s)
+        given = TestRunRequest(
+            files=files or {}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
         )
+        request = await anyio.to_thread.run_sync(prepare_test_run, given)
     except (ValidationError, InvalidRequest) as exc:
         raise ToolError(f"invalid test run: {exc}") from exc
     result = await _run(ctx, request)
