@@ -277,8 +277,9 @@ def _parse(path: Path, raw: bytes, fmt: _Format, host: Host) -> tuple[dict[str, 
         config = json.loads(stripped)
     except json.JSONDecodeError as exc:
         hint = "" if fmt.jsonc else " (comments are not allowed in this file)"
+        what = exc.msg.removesuffix(" at")  # json's "Invalid control character at"
         raise InstallError(
-            f"{path} is not valid JSON{hint}: {exc.msg} at line {exc.lineno}, column {exc.colno}; {untouched}"
+            f"{path} is not valid JSON{hint}: {what} at line {exc.lineno}, column {exc.colno}; {untouched}"
         ) from exc
     if not isinstance(config, dict):
         raise InstallError(f"{path} must hold a JSON object at the top level; {untouched}")

@@ -245,6 +245,7 @@ def test_every_change_gets_its_own_backup(home: Path, launch: ServerLaunch, tmp_
     "content,expected",
     [
         ('{"mcpServers": {"a": 1},, }', "not valid JSON"),
+        ('{"mcpServers": {"a": "\x01"}}', "Invalid control character at line 1"),
         ("[1, 2]", "JSON object at the top level"),
         ('{"mcpServers": [], "servers": []}', "must be a JSON object"),
     ],
