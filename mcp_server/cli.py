@@ -234,18 +234,31 @@ def episodes_list(
 
 @episodes_app.command("show")
 def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
-    """Show one episode with its steps and rewards."""
+    """Show one episode with its steps, its policy turns (for the student's episodes) and rewards."""
+    from training.codec import as_message
     from training.db import EpisodeNotFound
 
     store = open_store()
     try:
         detail = store.detail(episode_id)
+        policy = detail.episode.source.value == "policy"
+        turns = store.turns.policy_turns(episode_id) if policy else []
     except EpisodeNotFound as exc:
         raise fail(f"{exc}; `rlide episodes list` shows valid ids") from exc
     finally:
         store.close()
+    # A turn in short: its whole request and logprobs are in `rlide episodes export --format art`.
+    brief: list[dict[str, Any]] = [
+        {
+            **t.model_dump(mode="json", include={"id", "created_at", "model"}),
+            "prompt_tokens": len(t.prompt_token_ids) if t.prompt_token_ids is not None else None,
+            "completion_tokens": len(t.completion_token_ids) if t.completion_token_ids is not None else None,
+            "answer": as_message(t.choice).get("content"),
+        }
+        for t in turns
+    ]
     if as_json:
-        echo_json(detail.model_dump(mode="json"))
+        echo_json({**detail.model_dump(mode="json"), **({"policy_turns": brief} if policy else {})})
         return
     e = detail.episode
     typer.echo(f"{e.id}  {e.status.value}  client={e.client}  workspace={e.workspace}\ntask: {e.task}")
@@ -254,6 +267,12 @@ def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     for s in detail.steps:
         outcome = f"ERROR {s.error[:80]}" if s.error else (s.result_summary or "")[:80].replace("\n", " ")
         typer.echo(f"  [{s.id}] {s.created_at:%H:%M:%S} {s.tool} ({s.duration_ms:.1f} ms) {outcome}")
+    for t, b in zip(turns, brief, strict=True):
+        answer = (b["answer"] or "")[:60].replace("\n", " ")
+        typer.echo(
+            f"  turn [{t.id}] {t.created_at:%H:%M:%S} {t.model}  prompt {b['prompt_tokens']} tokens,"
+            f" answer {b['completion_tokens']} tokens: {answer!r}"
+        )
     for r in detail.rewards:
         typer.echo(f"  reward {r.source.value}: {r.value:+.2f} {r.comment or ''}")
 

@@ -64,6 +64,36 @@ def test_episodes_list_show_export(episode_id: str, tmp_path: Path) -> None:
     assert len(lines) == 2 and {line["episode"]["id"] for line in lines} >= {episode_id}
 
 
+def test_a_policy_episode_shows_its_turns(home: Path) -> None:
+    from training.codec import encode_choice
+    from training.policy_turns import EncodedTurn
+    from training.records import EpisodeSource
+
+    store = EpisodeStore.open(load_settings().episode_db_url)
+    ep = store.start_episode("write a number", source=EpisodeSource.policy)
+    choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "42"}, "logprobs": None}
+    turn = EncodedTurn.of(
+        model="student@3",
+        request={"messages": [{"role": "user", "content": "a number?"}]},
+        choice=encode_choice(choice),
+        checkpoint_step=3,
+        prompt_token_ids=[1, 2, 3, 4],
+        completion_token_ids=[7, 8],
+    )
+    store.turns.add_policy_turn(ep.id, turn)
+    store.close()
+    human = runner.invoke(app, ["episodes", "show", ep.id])
+    assert human.exit_code == 0, human.output
+    assert "student@3  prompt 4 tokens, answer 2 tokens: '42'" in human.stdout
+    [brief] = json.loads(runner.invoke(app, ["episodes", "show", ep.id, "--json"]).stdout)["policy_turns"]
+    assert (brief["model"], brief["prompt_tokens"], brief["completion_tokens"], brief["answer"]) == (
+        "student@3",
+        4,
+        2,
+        "42",
+    )
+
+
 def test_unknown_episode_fails_clearly(home: Path) -> None:
     result = runner.invoke(app, ["episodes", "show", "ep_nope"])
     assert result.exit_code == 1
