@@ -155,7 +155,12 @@ def assemble(prog: list[Insn | str]) -> bytes:
     return bytes(out)
 
 
+def native_abi() -> Abi | None:
+    """This machine's syscall ABI, or None where we have no filter for it."""
+    return ABIS.get(platform.machine().lower())
+
+
 def filter_bytes() -> bytes | None:
     """The compiled filter for this machine, or None where we have no filter for its ABI."""
-    abi = ABIS.get(platform.machine().lower())
+    abi = native_abi()
     return None if abi is None else assemble(build_program(abi))

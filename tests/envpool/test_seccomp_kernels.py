@@ -33,7 +33,7 @@ SETUP = "as root, run `bash scripts/setup_seccomp_kernels.sh` (`make setup` does
 
 def _host_abi(tmp_path: Path) -> seccomp.Abi:
     """This machine's ABI, where it has a filter and gcc can build the probe statically."""
-    abi = seccomp.ABIS.get(platform.machine().lower())
+    abi = seccomp.native_abi()
     if abi is None:
         pytest.skip(f"rlide has no seccomp filter for {platform.machine()}")
     if shutil.which("gcc") is None:
