@@ -237,11 +237,12 @@ def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     """Show one episode with its steps, its policy turns (for the student's episodes) and rewards."""
     from training.codec import as_message
     from training.db import EpisodeNotFound
+    from training.records import EpisodeSource
 
     store = open_store()
     try:
         detail = store.detail(episode_id)
-        policy = detail.episode.source.value == "policy"
+        policy = detail.episode.source is EpisodeSource.policy
         turns = store.turns.policy_turns(episode_id) if policy else []
     except EpisodeNotFound as exc:
         raise fail(f"{exc}; `rlide episodes list` shows valid ids") from exc
