@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.backends.base import BackendConfig  # noqa: E402
 from training.gateway import Gateway, completion_response  # noqa: E402
+from training.log_rows import json_text  # noqa: E402
 from training.policy_engines import Completion, PriorTurn  # noqa: E402
 from training.policy_turns import EncodedTurn  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
@@ -220,6 +221,21 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         return out
 
     times = asyncio.run(run_all())
+    # What the log holds per agent turn (each repeats a 25 KB conversation and 6,000 prompt ids),
+    # against the size of the same turn whole: turns store only what they add to the one before.
+    with store.db.transaction(write=False) as cur:
+        stored = [
+            r[0]
+            for r in cur.execute(
+                "SELECT length(request) + length(choice) + coalesce(length(prompt_token_ids), 0)"
+                " + coalesce(length(completion_token_ids), 0) FROM policy_turns WHERE episode_id = ?",
+                (agent_episode.id,),
+            )
+        ]
+    whole = [
+        sum(len(json_text(v)) for v in (t.request, t.choice, t.prompt_token_ids, t.completion_token_ids))
+        for t in store.turns.policy_turns(agent_episode.id)
+    ]
     # For context: what one durable policy-turn write costs on its own (the recorded path's floor).
     choice = {"__choice__": engine.completion.choices[0]}
 
@@ -254,6 +270,8 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         "gateway_recorded_long_overhead_us": round(med["gateway_recorded_long"] - med["bare_long"], 1),
         "bare_endpoint_agent_turn_us_median": round(med["bare_agent"], 1),
         "gateway_recorded_agent_turn_overhead_us": round(med["gateway_recorded_agent"] - med["bare_agent"], 1),
+        "agent_turn_log_bytes_median": statistics.median(stored),
+        "agent_turn_whole_bytes_median": statistics.median(whole),
         "sqlite_turn_write_us": round(write_us, 1),
         "goal_overhead_us": 50,
     }

@@ -47,7 +47,7 @@ from training.store import EpisodeStore
 MAX_TOKENS_LIMIT = 4096
 LAST_TURNS_KEPT = 256
 """Episodes whose last turn the gateway remembers. Each entry holds that turn's whole conversation
-(it is the request), up to hundreds of KB for a long agent session."""
+twice (as sent and redacted) and its prompt ids, up to a few MB for a long agent session."""
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 
 
@@ -145,8 +145,9 @@ class LastTurns:
     is still an open policy episode. An entry goes stale only if another process records a turn
     into the same episode (two gateways serving one agent's conversation). That costs exactness,
     not consistency: the stale turn is spliced only if the request continues it
-    (`PriorTurn.continued_by`), the turns after it are re-tokenized instead of spliced, and the
-    log records the prompt ids actually fed."""
+    (`PriorTurn.continued_by`), the turns after it are re-tokenized instead of spliced, the log
+    records the prompt ids actually fed, and the turn's `TurnPrefix` names the stale turn it
+    extends by id, so it still reads back whole."""
 
     def __init__(self, size: int = LAST_TURNS_KEPT) -> None:
         self._size = size
@@ -243,7 +244,8 @@ class Gateway:
                 "messages": args["messages"],
                 "tools": args["tools"],
                 "params": {k: args[k] for k in ("max_tokens", "temperature", "seed")},
-            }
+            },
+            after=context,
         )
         completion = self.engine.complete(**args, prior=_prior_turn(context, request.data["messages"]))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
@@ -255,13 +257,14 @@ class Gateway:
             checkpoint_step=completion.checkpoint_step,
             prompt_token_ids=completion.prompt_token_ids or None,
             completion_token_ids=completion.completion_token_ids[0],
+            after=context,
         )
         try:
-            self.store.turns.add_policy_turn(episode_id, turn, open_policy_only=True)
+            turn_id = self.store.turns.add_policy_turn(episode_id, turn, open_policy_only=True)
         except PolicyTurnRefused as exc:  # ended, say, through the MCP server since our last turn
             self.last_turns.forget(episode_id)
             raise BadRequest(_refusal(episode_id, exc.source, exc.status) or str(exc), 409) from exc
-        self.last_turns.put(episode_id, turn.context())
+        self.last_turns.put(episode_id, turn.context(turn_id))
         return completion
 
     async def new_episode(self, request: Request) -> JSONResponse:

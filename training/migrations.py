@@ -153,6 +153,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE training_runs ADD COLUMN scenario_unavailable_reason TEXT",
         ),
     ),
+    # A policy turn stores what it adds to an earlier turn of its episode instead of the whole
+    # conversation again: without this an agent's log grew with the square of its length (each turn
+    # repeated every message and prompt id before it). `training.policy_turns.TurnPrefix` says what
+    # the columns mean; rows without a prefix (all rows written before this) are whole.
+    Migration(
+        "0006_policy_turn_prefixes",
+        (
+            "ALTER TABLE policy_turns ADD COLUMN prefix_turn_id BIGINT",
+            "ALTER TABLE policy_turns ADD COLUMN prefix_messages INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE policy_turns ADD COLUMN prefix_tokens INTEGER NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from training.codec import CHOICE_TAG
-from training.db import Database, EpisodeNotFound, PolicyTurnRefused, check_episode_id
+from training.db import Cursor, Database, EpisodeNotFound, PolicyTurnRefused, StoreError, check_episode_id
 from training.log_rows import json_text
 from training.records import EpisodeSource, EpisodeStatus, at_epoch
 from training.redact import redact
@@ -76,10 +77,105 @@ class RedactedRequest:
     stored last turn), so it redacts once with `of` and records this value as it is."""
 
     data: dict[str, Any]
+    sent: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The request as given, secrets included; kept in memory for the next turn's `of`, never stored."""
 
     @classmethod
-    def of(cls, request: dict[str, Any]) -> RedactedRequest:
-        return cls(redact(request))
+    def of(cls, request: dict[str, Any], after: TurnContext | None = None) -> RedactedRequest:
+        """`redact(request)`. `after`: the episode's last turn, recorded by this process. What the
+        request repeats of it as it was sent (the leading messages it shares, unchanged tools)
+        keeps its redaction instead of being scanned again: an agent resends its whole conversation
+        with every turn, and redacting it again made a turn cost more the longer the session."""
+        sent = after.last_request_sent if after is not None else None
+        done = after.last_request if after is not None else None
+        if sent is None or done is None:
+            return cls(redact(request), request)
+        data: dict[str, Any] = {}
+        for key, value in request.items():
+            before = sent.get(key, _ABSENT)
+            if key == "messages" and isinstance(value, list) and isinstance(before, list):
+                n = common_prefix_length(value, before)  # messages are redacted one by one
+                data[key] = [*done[key][:n], *redact(value[n:])]
+            elif key in done and value == before:
+                data[key] = done[key]
+            else:  # through a one-key dict: `redact` masks a string under a secret-sounding key
+                data[key] = redact({key: value})[key]
+        return cls(data, request)
+
+
+_ABSENT = object()
+
+
+def common_prefix_length(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items `a` and `b` share. A binary search over slice comparisons, which run
+    in C: a long conversation's prompt ids are tens of thousands of items."""
+    low, high = 0, min(len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while low < high:  # a[:low] == b[:low] and a[:high] != b[:high]
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+@dataclass(frozen=True)
+class TurnPrefix:
+    """What a stored turn shares with an earlier turn of its episode (`turn_id`), and so does not
+    store again: its request's first `messages` messages are that turn's, its request's `tools`
+    are that turn's when the stored request has no `tools` key, and its first `tokens` prompt ids
+    are that turn's prompt ids followed by its completion ids. An agent's next request is usually
+    its last one plus a few messages, and its prompt ids are the last prompt and completion plus a
+    few tokens: the log then grows with what each turn adds, not with the conversation's length."""
+
+    turn_id: int
+    messages: int
+    tokens: int
+
+    @staticmethod
+    def between(
+        after: TurnContext | None, request: dict[str, Any], prompt_token_ids: list[int] | None
+    ) -> tuple[TurnPrefix | None, dict[str, Any], list[int] | None]:
+        """(prefix, request to store, prompt ids to store) of a turn following `after`."""
+        before = after.last_request if after is not None else None
+        if after is None or after.last_turn_id is None or before is None:
+            return None, request, prompt_token_ids
+        if "tools" in before and "tools" not in request:  # an absent key would read back as the prefix's
+            return None, request, prompt_token_ids
+        stored = dict(request)
+        messages, earlier = request.get("messages"), before.get("messages")
+        shared = 0
+        if isinstance(messages, list) and isinstance(earlier, list):
+            shared = common_prefix_length(messages, earlier)
+            stored["messages"] = messages[shared:]
+        same_tools = "tools" in before and request["tools"] == before["tools"]
+        if same_tools:
+            del stored["tools"]
+        tokens = 0
+        if prompt_token_ids is not None and after.last_prompt_token_ids is not None:
+            tokens = common_prefix_length(
+                prompt_token_ids, [*after.last_prompt_token_ids, *(after.last_completion_token_ids or [])]
+            )
+        if not shared and not tokens and not same_tools:
+            return None, request, prompt_token_ids
+        rest = None if prompt_token_ids is None else prompt_token_ids[tokens:]
+        return TurnPrefix(after.last_turn_id, shared, tokens), stored, rest
+
+    def apply(
+        self, earlier: PolicyTurn, request: dict[str, Any], prompt_token_ids: list[int] | None
+    ) -> tuple[dict[str, Any], list[int] | None]:
+        """The whole request and prompt ids of a stored turn with this prefix; `earlier` whole."""
+        whole = dict(request)
+        if self.messages:
+            whole["messages"] = [*earlier.request["messages"][: self.messages], *request.get("messages", [])]
+        if "tools" not in whole and "tools" in earlier.request:
+            whole["tools"] = earlier.request["tools"]
+        if prompt_token_ids is not None and self.tokens:
+            sequence = [*(earlier.prompt_token_ids or []), *(earlier.completion_token_ids or [])]
+            prompt_token_ids = [*sequence[: self.tokens], *prompt_token_ids]
+        return whole, prompt_token_ids
 
 
 @dataclass(frozen=True)
@@ -94,7 +190,8 @@ class EncodedTurn:
     """Codec-encoded and redacted (`redact_choice`)."""
     prompt_token_ids: list[int] | None
     completion_token_ids: list[int] | None
-    columns: tuple[str, int | None, str, str, str | None, str | None]
+    prefix: TurnPrefix | None
+    columns: tuple[str, int | None, str, str, str | None, str | None, int | None, int, int]
 
     @classmethod
     def of(
@@ -106,24 +203,32 @@ class EncodedTurn:
         checkpoint_step: int | None = None,
         prompt_token_ids: list[int] | None = None,
         completion_token_ids: list[int] | None = None,
+        after: TurnContext | None = None,
     ) -> EncodedTurn:
         """`choice` is `training.codec.encode_choice` output; the request (unless it comes
         redacted already) and the choice's text are redacted, its token ids and logprobs kept
-        exactly (`redact_choice` says why and what that means), as are the token id columns."""
-        clean = request if isinstance(request, RedactedRequest) else RedactedRequest.of(request)
+        exactly (`redact_choice` says why and what that means), as are the token id columns.
+        `after`: the episode's last turn, whose conversation this turn's columns leave out
+        (`TurnPrefix`); it must be that episode's, as `PolicyTurns.turn_context` or `context` give it."""
+        clean = request if isinstance(request, RedactedRequest) else RedactedRequest.of(request, after)
         clean_choice = redact_choice(choice)
+        prefix, stored, prompt_rest = TurnPrefix.between(after, clean.data, prompt_token_ids)
         columns = (
             model,
             checkpoint_step,
-            json_text(clean.data),
+            json_text(stored),
             json_text(clean_choice),
-            None if prompt_token_ids is None else json_text(prompt_token_ids),
+            None if prompt_rest is None else json_text(prompt_rest),
             None if completion_token_ids is None else json_text(completion_token_ids),
+            None if prefix is None else prefix.turn_id,
+            0 if prefix is None else prefix.messages,
+            0 if prefix is None else prefix.tokens,
         )
-        return cls(model, checkpoint_step, clean, clean_choice, prompt_token_ids, completion_token_ids, columns)
+        return cls(model, checkpoint_step, clean, clean_choice, prompt_token_ids, completion_token_ids, prefix, columns)
 
-    def context(self) -> TurnContext:
-        """What `PolicyTurns.turn_context` reads once this is its open policy episode's last turn."""
+    def context(self, turn_id: int) -> TurnContext:
+        """What `PolicyTurns.turn_context` reads once this, recorded as `turn_id`, is its open policy
+        episode's last turn."""
         if self.prompt_token_ids is None or self.completion_token_ids is None:
             return TurnContext(EpisodeSource.policy, EpisodeStatus.open)
         return TurnContext(
@@ -133,6 +238,8 @@ class EncodedTurn:
             last_choice=self.choice,
             last_prompt_token_ids=self.prompt_token_ids,
             last_completion_token_ids=self.completion_token_ids,
+            last_turn_id=turn_id,
+            last_request_sent=self.request.sent,
         )
 
 
@@ -153,7 +260,8 @@ class PolicyTurns:
         with self.db.transaction(write=True) as cur:
             row = cur.execute(
                 "INSERT INTO policy_turns (episode_id, model, checkpoint_step, request, choice, prompt_token_ids,"
-                " completion_token_ids, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
+                " completion_token_ids, prefix_turn_id, prefix_messages, prefix_tokens, created_at)"
+                " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
                 f" WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?{condition}) RETURNING id",
                 (episode_id, *turn.columns, now, episode_id),
             ).fetchone()
@@ -166,50 +274,65 @@ class PolicyTurns:
         return int(row[0])
 
     def turn_context(self, episode_id: str) -> TurnContext:
-        """The episode's source and status and its last policy turn's request, choice and token ids,
-        in one query (the policy endpoint's read before an episode's first turn through it)."""
+        """The episode's source and status and its last policy turn's request, choice, token ids and
+        id (the policy endpoint's read before an episode's first turn through it)."""
         check_episode_id(episode_id)
         with self.db.transaction(write=False) as cur:
-            row = cur.execute(
-                "SELECT e.source, e.status, t.request, t.choice, t.prompt_token_ids, t.completion_token_ids"
-                " FROM episodes e LEFT JOIN policy_turns t"
-                " ON t.id = (SELECT MAX(p.id) FROM policy_turns p WHERE p.episode_id = e.id) WHERE e.id = ?",
-                (episode_id,),
-            ).fetchone()
-        if row is None:
-            raise EpisodeNotFound(episode_id)
-        source, status = EpisodeSource(row[0]), EpisodeStatus(row[1])
-        if row[4] is None or row[5] is None:  # no turn, or one without token ids: nothing to splice
-            return TurnContext(source, status)
+            found = cur.execute("SELECT source, status FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+            if found is None:
+                raise EpisodeNotFound(episode_id)
+            turns = self._read(cur, episode_id)
+        source, status = EpisodeSource(found[0]), EpisodeStatus(found[1])
+        last = turns[-1] if turns else None
+        if last is None or last.prompt_token_ids is None or last.completion_token_ids is None:
+            return TurnContext(source, status)  # no turn, or one without token ids: nothing to splice
         return TurnContext(
             source,
             status,
-            last_request=json.loads(row[2]),
-            last_choice=json.loads(row[3]),
-            last_prompt_token_ids=json.loads(row[4]),
-            last_completion_token_ids=json.loads(row[5]),
+            last_request=last.request,
+            last_choice=last.choice,
+            last_prompt_token_ids=last.prompt_token_ids,
+            last_completion_token_ids=last.completion_token_ids,
+            last_turn_id=last.id,
         )
 
-    def policy_turns(self, episode_id: str, *, last_only: bool = False) -> list[PolicyTurn]:
-        """The episode's policy turns in order (`last_only`: just the newest, for continuing a conversation)."""
-        order = "ORDER BY id DESC LIMIT 1" if last_only else "ORDER BY id"
+    def policy_turns(self, episode_id: str) -> list[PolicyTurn]:
+        """The episode's policy turns in order, each whole (its `TurnPrefix` filled in)."""
         with self.db.transaction(write=False) as cur:
-            rows = cur.execute(
-                "SELECT id, model, checkpoint_step, request, choice, prompt_token_ids, completion_token_ids,"
-                f" created_at FROM policy_turns WHERE episode_id = ? {order}",
-                (episode_id,),
-            ).fetchall()
-        return [
-            PolicyTurn(
+            return self._read(cur, episode_id)
+
+    @staticmethod
+    def _read(cur: Cursor, episode_id: str) -> list[PolicyTurn]:
+        rows = cur.execute(
+            "SELECT id, model, checkpoint_step, request, choice, prompt_token_ids, completion_token_ids,"
+            " created_at, prefix_turn_id, prefix_messages, prefix_tokens FROM policy_turns WHERE episode_id = ?"
+            " ORDER BY id",
+            (episode_id,),
+        ).fetchall()
+        turns: list[PolicyTurn] = []
+        by_id: dict[int, PolicyTurn] = {}
+        for r in rows:
+            request = json.loads(r[3])
+            prompt_token_ids = None if r[5] is None else json.loads(r[5])
+            if r[8] is not None:
+                earlier = by_id.get(r[8])
+                if earlier is None:
+                    raise StoreError(
+                        f"policy turn {r[0]} of episode {episode_id} extends turn {r[8]}, which is not an earlier"
+                        " turn of that episode: the log was edited by hand?"
+                    )
+                request, prompt_token_ids = TurnPrefix(r[8], r[9], r[10]).apply(earlier, request, prompt_token_ids)
+            turn = PolicyTurn(
                 id=r[0],
                 episode_id=episode_id,
                 model=r[1],
                 checkpoint_step=r[2],
-                request=json.loads(r[3]),
+                request=request,
                 choice=json.loads(r[4]),
-                prompt_token_ids=None if r[5] is None else json.loads(r[5]),
+                prompt_token_ids=prompt_token_ids,
                 completion_token_ids=None if r[6] is None else json.loads(r[6]),
                 created_at=at_epoch(r[7]),
             )
-            for r in rows
-        ]
+            turns.append(turn)
+            by_id[turn.id] = turn
+        return turns

@@ -6,7 +6,7 @@ MCP server can read training status without pulling in torch or ART.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -52,8 +52,9 @@ class PolicyTurn(BaseModel):
 @dataclass(frozen=True)
 class TurnContext:
     """What the policy endpoint needs before sampling a turn of an episode: whether it may record
-    into it, and the exact tokens of its last turn (to continue token in, token out). Read in one
-    query for an episode's first turn through a gateway process, then kept (`gateway.LastTurns`)."""
+    into it, and the exact tokens of its last turn (to continue token in, token out, and to store
+    only what the next turn adds to it). Read from the log for an episode's first turn through a
+    gateway process, then kept (`gateway.LastTurns`)."""
 
     source: EpisodeSource
     status: EpisodeStatus
@@ -63,6 +64,11 @@ class TurnContext:
     """The last turn's stored (codec-encoded, redacted) choice."""
     last_prompt_token_ids: list[int] | None = None
     last_completion_token_ids: list[int] | None = None
+    last_turn_id: int | None = None
+    last_request_sent: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """`last_request` as the client sent it, secrets included: only in the memory of the process that
+    recorded the turn (never read from the log, never printed), so the next request, which repeats
+    it, redacts only what is new (`policy_turns.RedactedRequest.of`)."""
 
 
 class TrainingRun(BaseModel):

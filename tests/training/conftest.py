@@ -1,4 +1,4 @@
-"""Shared fixtures: a real episode log (SQLite under tmp_path)."""
+"""Shared fixtures: a real episode log (SQLite under tmp_path; `any_store`: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -18,5 +18,17 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EpisodeStore]:
     s = EpisodeStore.open(str(tmp_path / "episodes.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
+    """The same tests on both episode-log databases (PostgreSQL from tests/conftest.py's server)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'episodes.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database()
+    s = EpisodeStore.open(url)
     yield s
     s.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -81,6 +82,17 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
         assert stored.logprobs.content == second.choices[0].logprobs.content  # bit-exact through HTTP and SQLite
         assert turns[1].completion_token_ids == [int(t.token.split(":")[1]) for t in stored.logprobs.content]
         assert turns[0].prompt_token_ids and turns[0].checkpoint_step == 0 and turns[0].model == "student@0"
+        # The second turn continues the first: the log stores only what it adds and reads it back whole.
+        with store.db.transaction(write=False) as cur:
+            prefix = cur.execute(
+                "SELECT prefix_turn_id, prefix_messages, prefix_tokens, request, prompt_token_ids FROM policy_turns"
+                " WHERE id = ?",
+                (turns[1].id,),
+            ).fetchone()
+        earlier = [*turns[0].prompt_token_ids, *(turns[0].completion_token_ids or [])]
+        assert prefix[:3] == (turns[0].id, 1, len(earlier)) and turns[1].prompt_token_ids[: len(earlier)] == earlier
+        assert json.loads(prefix[3])["messages"] == turns[1].request["messages"][1:]
+        assert json.loads(prefix[4]) == turns[1].prompt_token_ids[len(earlier) :]
         ended = http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": reward})
         assert ended.status_code == 200 and ended.json()["reward_total"] == reward
         episodes.append(episode_id)

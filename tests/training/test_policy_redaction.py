@@ -11,13 +11,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from training_logdata import CannedEngine, make_choice
 
 from training.codec import CHOICE_TAG, decode_choice, encode_choice
 from training.gateway import Gateway
-from training.policy_turns import EncodedTurn, RedactedRequest, redact_choice
+from training.policy_turns import EncodedTurn, RedactedRequest, common_prefix_length, redact_choice
+from training.redact import redact
 from training.store import EpisodeStore
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -151,3 +154,33 @@ def test_text_logprob_tokens_would_spell_the_secret_so_they_are_dropped() -> Non
     clean = redact_choice(choice)
     assert AWS_KEY not in json.dumps(clean) and clean[CHOICE_TAG]["logprobs"] is None
     assert redact_choice(clean) == clean  # idempotent
+
+
+_texts = st.sampled_from(["plain", f"key {AWS_KEY}", f"token {GITHUB_TOKEN} here", "api_key=abc123def456ghi"])
+_messages = st.lists(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]), "content": _texts}), max_size=5
+)
+_requests = st.fixed_dictionaries(
+    {"messages": _messages, "tools": st.sampled_from([None, [{"name": "deploy", "api_key": TOOL_SECRET}]])},
+    optional={"params": st.fixed_dictionaries({"seed": st.integers(0, 3)}), "password": _texts},
+)
+
+
+@hypothesis.given(before=_requests, kept=st.integers(0, 5), added=_messages, tools_changed=st.booleans())
+def test_redacting_after_a_turn_reuses_its_redaction_and_equals_redacting_it_all(
+    before: dict[str, Any], kept: int, added: list[dict[str, Any]], tools_changed: bool
+) -> None:
+    """The policy endpoint redacts only what a request adds to the last turn it recorded; the
+    result must be exactly `redact(request)`, whether the conversation continues, is cut short,
+    or changes under it."""
+    last = EncodedTurn.of(
+        model="m", request=before, choice={CHOICE_TAG: {}}, prompt_token_ids=[1], completion_token_ids=[2]
+    )
+    context = last.context(1)
+    request = {**before, "messages": [*before["messages"][:kept], *added]}
+    if tools_changed:
+        request["tools"] = [{"name": "other"}]
+    redacted = RedactedRequest.of(request, after=context).data
+    assert redacted == redact(request)
+    shared = common_prefix_length(request["messages"], before["messages"])
+    assert all(a is b for a, b in zip(redacted["messages"][:shared], context.last_request["messages"], strict=False))

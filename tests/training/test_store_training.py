@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.postgres_server import postgres_server  # noqa: F401 - fixture
 from training.db import EpisodeNotFound, PolicyTurnRefused, StoreError, connect
 from training.migrations import applied, migrate
-from training.policy_turns import EncodedTurn, PolicyTurns
+from training.policy_turns import EncodedTurn, PolicyTurns, TurnPrefix
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
 from training.run_records import GroupOutcome, RunState, TurnContext
 from training.store import EpisodeStore
 from training.training_runs import TrainingRuns
 
 FROZEN = Path(__file__).parents[1] / "data" / "episodes-0001.sqlite"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
-    """The same tests on both episode-log databases (PostgreSQL from tests/conftest.py's server)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'episodes.db'}"
-    else:
-        url = request.getfixturevalue("postgres_server").create_database()
-    s = EpisodeStore.open(url)
-    yield s
-    s.close()
 
 
 def test_an_old_frozen_log_gains_the_training_tables(tmp_path: Path) -> None:
@@ -81,22 +67,28 @@ def test_policy_turn_needs_an_episode_and_redacts_the_request(any_store: Episode
 
 def test_an_encoded_turn_knows_the_context_the_log_reads_back(any_store: EpisodeStore) -> None:
     """The policy endpoint keeps `EncodedTurn.context()` instead of reading `turn_context` before
-    the next turn: the two must agree, redaction included."""
+    the next turn: the two must agree, redaction and stored prefixes included."""
     store = any_store
     ep = store.start_episode("t", source=EpisodeSource.policy)
     key = "ghp_" + "A1b2" * 9
-    for prompt_ids, completion_ids in ((None, None), ([1, 2], [3, 4])):
+    context = store.turns.turn_context(ep.id)
+    messages = [{"role": "user", "content": f"use {key}"}]
+    for prompt_ids, completion_ids in ((None, None), ([1, 2], [3, 4]), ([1, 2, 3, 4, 5], [6])):
         turn = EncodedTurn.of(
             model="m@0",
-            request={"messages": [{"role": "user", "content": f"use {key}"}], "tools": None},
+            request={"messages": list(messages), "tools": None},
             choice={"__choice__": {"message": {"role": "assistant", "content": f"ok {key}"}}},
             checkpoint_step=0,
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion_ids,
+            after=context,
         )
-        store.turns.add_policy_turn(ep.id, turn, open_policy_only=True)
-        assert store.turns.turn_context(ep.id) == turn.context()
-    assert key not in str(turn.context())
+        turn_id = store.turns.add_policy_turn(ep.id, turn, open_policy_only=True)
+        context = turn.context(turn_id)
+        assert store.turns.turn_context(ep.id) == context
+        messages += [{"role": "assistant", "content": f"ok {key}"}, {"role": "user", "content": "more"}]
+    assert turn.prefix == TurnPrefix(turn_id - 1, 3, 4)  # the last turn stored only what it added
+    assert key in str(context.last_request_sent) and key not in str(context)
 
 
 def test_a_turn_only_for_open_policy_episodes_says_why_it_was_refused(any_store: EpisodeStore) -> None:
@@ -120,7 +112,7 @@ def test_a_turn_only_for_open_policy_episodes_says_why_it_was_refused(any_store:
     assert len(store.turns.policy_turns(ended.id)) == 1
 
 
-def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store: EpisodeStore) -> None:
+def test_turn_context_reads_the_episode_and_its_last_turn(any_store: EpisodeStore) -> None:
     store = any_store
     with pytest.raises(EpisodeNotFound):
         store.turns.turn_context("ep_nope")
@@ -134,7 +126,7 @@ def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store
     )
     assert store.turns.turn_context(ep.id).last_request is None  # a turn without token ids cannot be spliced
     for n in (2, 3):
-        store.turns.add_policy_turn(
+        last_id = store.turns.add_policy_turn(
             ep.id,
             EncodedTurn.of(
                 model="m",
@@ -156,6 +148,7 @@ def test_turn_context_reads_the_episode_and_its_last_turn_in_one_query(any_store
         last_choice=choice,
         last_prompt_token_ids=[3, 7],
         last_completion_token_ids=[3, 8],
+        last_turn_id=last_id,
     )
 
 
