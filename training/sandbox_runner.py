@@ -32,10 +32,11 @@ class SandboxRunner:
     def run_python(self, program: str, *, timeout_s: float) -> RunOutcome:
         return _outcome(self.sandbox.run(RunRequest(language="python", code=program, timeout_s=timeout_s)))
 
-    def run_command(
+    def run_tests(
         self,
-        command: str,
         *,
+        test_command: str | None,
+        tests: str | None,
         snapshot: str | None,
         files: dict[str, str],
         patch: str | None,
@@ -43,7 +44,7 @@ class SandboxRunner:
         workspace: str | None = None,
     ) -> RunOutcome:
         files = self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
-        test = TestRunRequest(files=files, patch=patch, test_command=command, timeout_s=timeout_s)
+        test = TestRunRequest(files=files, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s)
         return _outcome(self.sandbox.run(prepare_test_run(test)))
 
     def prepare(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> None:

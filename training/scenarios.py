@@ -5,7 +5,8 @@ completion into a reward. Three verifiers:
 
     toy        a pure function (training.toy): exact, instant, for the CPU learning demo
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
-    command    a test command re-run in the workspace snapshot (needs a workspace runner): the files
+    command    a test command (or the test code given to run_tests) re-run in the workspace
+               snapshot (needs a workspace runner): the files
                recorded with the episode, or a git commit of the episode's workspace repository
                (`training.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
                taken from the episode's FIRST re-checkable test run (the workspace before the agent's
@@ -59,14 +60,16 @@ class ProgramRunner(Protocol):
 
 @runtime_checkable
 class WorkspaceRunner(Protocol):
-    """Runs a test command on a fresh workspace: `files`, or when there are none the snapshot
-    `snapshot` names (a git ref of the repository at `workspace`), with the student's `patch`
-    applied first. `training.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
+    """Runs tests on a fresh workspace: `files`, or when there are none the snapshot `snapshot`
+    names (a git ref of the repository at `workspace`), with the student's `patch` applied first.
+    The tests are a shell `test_command` or Python test code `tests` (exactly one, as envpool's
+    `TestRunRequest` takes them). `training.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
 
-    def run_command(
+    def run_tests(
         self,
-        command: str,
         *,
+        test_command: str | None,
+        tests: str | None,
         snapshot: str | None,
         files: dict[str, str],
         patch: str | None,
@@ -77,7 +80,7 @@ class WorkspaceRunner(Protocol):
 
 @runtime_checkable
 class PreparesWorkspace(Protocol):
-    """A `WorkspaceRunner` that can say, cheaply and before any sampling, whether `run_command`
+    """A `WorkspaceRunner` that can say, cheaply and before any sampling, whether `run_tests`
     will find its workspace (`SandboxRunner`: the repository and commit exist and fit; the snapshot
     is then cached for the runs that follow)."""
 
@@ -119,7 +122,8 @@ class SubprocessRunner:
 class Verifier:
     kind: VerifierKind
     data: dict[str, Any] = field(default_factory=dict)
-    """humaneval: prompt, test, entry_point; command: command, files (self-contained workspace), timeout_s."""
+    """humaneval: prompt, test, entry_point; command: command or tests (test code), files (self-contained
+    workspace), timeout_s."""
 
 
 @dataclass(frozen=True)
@@ -188,8 +192,9 @@ def verify(
         workspace_runner = _command_runner(scenario, workspace_runner)
         # The student's answer is a change to the workspace: without applying it, every
         # trajectory of a group would get the same reward and teach nothing.
-        outcome = workspace_runner.run_command(
-            scenario.verifier.data["command"],
+        outcome = workspace_runner.run_tests(
+            test_command=scenario.verifier.data.get("command"),
+            tests=scenario.verifier.data.get("tests"),
             snapshot=scenario.workspace_ref,
             files=files,
             patch=extract_patch(completion),
@@ -202,7 +207,7 @@ def verify(
 
 def _command_runner(scenario: Scenario, workspace_runner: WorkspaceRunner | None) -> WorkspaceRunner:
     if workspace_runner is None or (scenario.workspace_ref is None and not scenario.verifier.data.get("files")):
-        raise VerifierUnavailable(f"{scenario.id} re-runs a test command: pass a WorkspaceRunner and its files")
+        raise VerifierUnavailable(f"{scenario.id} re-runs its tests: pass a WorkspaceRunner and its files")
     return workspace_runner
 
 
@@ -314,7 +319,7 @@ def parse_scenario_sets(spec: str | None) -> tuple[str, ...]:
 # -- scenarios from the episode log ---------------------------------------------------------------
 
 TEST_TOOLS = frozenset({"run_tests", "execute_tests", "test"})
-"""Tools whose `command` argument re-checks the work (envpool's test tool will be added here)."""
+"""Tools whose `command`/`test_command` argument re-checks the work; rlide's `run_tests` also by its `tests` code."""
 
 
 @functools.cache
@@ -327,8 +332,9 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
     """The scenario an ended episode can be re-checked as, or None.
 
     Which workspace a command scenario is verified against: the episode's FIRST re-checkable test
-    run (a test tool call with a command and either its `files` or its `snapshot`/`commit`), i.e.
-    the workspace before the agent's fix, and that run's command. Not the last run: an episode
+    run (a test tool call with a command or test code and either its `files` or its
+    `snapshot`/`commit`), i.e. the workspace before the agent's fix, and that run's command or test
+    code. Not the last run: an episode
     that ends in passing tests recorded the fixed files there, every rollout would pass on them
     whatever it wrote, and the group would have no variance to learn from. The first run's `patch`
     argument is left out too: it is the agent's change, which the student has to write itself.
@@ -353,7 +359,14 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
     for step in detail.steps:
         args = step.arguments
         command = args.get("test_command") or args.get("command")  # rlide's run_tests, or another tool's
-        if not ((step.tool in TEST_TOOLS or "test" in step.tool) and isinstance(command, str) and command.strip()):
+        tests = args.get("tests") if step.tool in TEST_TOOLS else None  # rlide's run_tests given test code
+        if not (step.tool in TEST_TOOLS or "test" in step.tool):
+            continue
+        if isinstance(command, str) and command.strip():
+            check: dict[str, Any] = {"command": command}
+        elif isinstance(tests, str) and tests.strip():
+            check = {"tests": tests}
+        else:
             continue
         files = args.get("files") if isinstance(args.get("files"), dict) else {}
         # Without recorded files the run needs the commit it was made at: the workspace's
@@ -362,7 +375,7 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
         if not snapshot and not files:
             continue
         repo = args.get("repo") or args.get("workspace") or episode.workspace
-        data: dict[str, Any] = {"command": command, "files": files}
+        data: dict[str, Any] = {**check, "files": files}
         timeout = args.get("timeout_s")
         if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= 600:
             data["timeout_s"] = float(timeout)
@@ -378,7 +391,7 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
 
 
 def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None = None) -> list[Scenario]:
-    """Ended episodes whose reward can be re-checked: a HumanEval task id, or a test command with a
+    """Ended episodes whose reward can be re-checked: a HumanEval task id, or a test command (or test code) with a
     `tests` reward and either its files or the commit (`snapshot`/`commit` argument) it ran at."""
     out = []
     for episode in episodes if episodes is not None else store.terminal_episodes():

@@ -79,6 +79,40 @@ def test_a_canned_fix_scores_1_and_a_wrong_one_0_in_the_sandbox(store: EpisodeSt
         runner.close()
 
 
+GIVEN_TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+"""Test code passed to `run_tests` as `tests` instead of a command; the sandbox runs it under pytest."""
+
+
+def test_a_run_tests_episode_given_test_code_is_a_scenario_only_with_its_workspace(store: EpisodeStore) -> None:
+    code_only = store.start_episode("check my arithmetic").id  # test code alone: nothing the student could change
+    run_tests_step(store, code_only, {"tests": "assert 1 + 1 == 2"}, passed=True)
+    store.end_episode(code_only, EpisodeStatus.success)
+    ep = store.start_episode("make test_add pass").id
+    run_tests_step(store, ep, {"files": {"calc.py": BROKEN["calc.py"]}, "tests": GIVEN_TESTS}, passed=False)
+    run_tests_step(store, ep, {"files": {"calc.py": FIXED["calc.py"]}, "tests": GIVEN_TESTS}, passed=True)
+    store.end_episode(ep, EpisodeStatus.success)
+    [scenario] = scenarios_from_log(store)
+    assert scenario.source_episode == ep and scenario.verifier.kind == "command"
+    assert scenario.verifier.data == {"tests": GIVEN_TESTS, "files": {"calc.py": BROKEN["calc.py"]}}
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
+def test_a_scenario_from_test_code_scores_the_students_patch_in_the_sandbox(store: EpisodeStore) -> None:
+    from training.sandbox_runner import SandboxRunner
+
+    ep = store.start_episode("make test_add pass").id
+    run_tests_step(store, ep, {"files": {"calc.py": BROKEN["calc.py"]}, "tests": GIVEN_TESTS}, passed=False)
+    store.end_episode(ep, EpisodeStatus.failure)
+    [scenario] = scenarios_from_log(store)
+    runner = SandboxRunner()
+    try:
+        assert verify(scenario, FIX, workspace_runner=runner) == 1.0
+        assert verify(scenario, ATTEMPT, workspace_runner=runner) == 0.0
+        assert verify(scenario, "I would change calc.py", workspace_runner=runner) == 0.0
+    finally:
+        runner.close()
+
+
 def test_scenario_sets_are_named_once_each_comma_separated() -> None:
     assert parse_scenario_sets("humaneval,log") == ("humaneval", "log")
     assert parse_scenario_sets(" Toy , log,toy ") == ("toy", "log")

@@ -38,8 +38,8 @@ class WatchedSandbox(SandboxRunner):
         super().__init__()
         self.runs: list[tuple[dict[str, str], str | None, RunOutcome]] = []
 
-    def run_command(self, command: str, **kw: Any) -> RunOutcome:
-        outcome = super().run_command(command, **kw)
+    def run_tests(self, **kw: Any) -> RunOutcome:
+        outcome = super().run_tests(**kw)
         self.runs.append((dict(kw["files"]), kw["patch"], outcome))
         return outcome
 

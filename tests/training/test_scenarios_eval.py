@@ -113,10 +113,11 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
     assert scenarios[he.id].verifier.kind == "humaneval" and scenarios[he.id].split == "train"
 
     class Workspace:
-        def run_command(
+        def run_tests(
             self,
-            command: str,
             *,
+            test_command: str | None,
+            tests: str | None,
             snapshot: str | None,
             files: dict[str, str],
             patch: str | None,
@@ -124,7 +125,11 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
             workspace: str | None = None,
         ) -> RunOutcome:
             return RunOutcome(
-                snapshot == "abc123" and workspace == "/repo" and command.startswith("pytest") and patch is not None
+                snapshot == "abc123"
+                and workspace == "/repo"
+                and tests is None
+                and (test_command or "").startswith("pytest")
+                and patch is not None
             )
 
     fix = "```diff\n--- a/parse.py\n+++ b/parse.py\n@@ -1 +1 @@\n-x\n+y\n```"
