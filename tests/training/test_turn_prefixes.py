@@ -42,7 +42,10 @@ def agent_session() -> list[tuple[dict[str, Any], list[int], list[int]]]:
     return turns
 
 
-def record(store: EpisodeStore, episode_id: str, *, chained: bool) -> list[int]:
+def record(store: EpisodeStore, episode_id: str, *, after: str | None) -> list[int]:
+    """The agent session recorded turn after turn. `after`: None stores each turn whole; "memory"
+    continues from the context the last turn left (a gateway's `LastTurns`); "log" reads it back
+    from the log before every turn (a gateway restarted between any two turns)."""
     context = store.turns.turn_context(episode_id)
     ids = []
     for request, prompt, completion in agent_session():
@@ -52,10 +55,10 @@ def record(store: EpisodeStore, episode_id: str, *, chained: bool) -> list[int]:
             choice=choice("ok"),
             prompt_token_ids=prompt,
             completion_token_ids=completion,
-            after=context if chained else None,
+            after=None if after is None else context,
         )
         ids.append(store.turns.add_policy_turn(episode_id, turn, open_policy_only=True))
-        context = turn.context(ids[-1])
+        context = turn.context(ids[-1]) if after == "memory" else store.turns.turn_context(episode_id)
     return ids
 
 
@@ -74,12 +77,13 @@ def comparable(turns: list[PolicyTurn]) -> list[tuple[Any, ...]]:
     return [(t.request, t.choice, t.prompt_token_ids, t.completion_token_ids, t.model) for t in turns]
 
 
-def test_an_agent_session_is_stored_once_and_reads_back_whole(any_store: EpisodeStore) -> None:
+@pytest.mark.parametrize("after", ["memory", "log"])
+def test_an_agent_session_is_stored_once_and_reads_back_whole(any_store: EpisodeStore, after: str) -> None:
     store = any_store
     whole = store.start_episode("t", source=EpisodeSource.policy)
     chained = store.start_episode("t", source=EpisodeSource.policy)
-    record(store, whole.id, chained=False)
-    ids = record(store, chained.id, chained=True)
+    record(store, whole.id, after=None)
+    ids = record(store, chained.id, after=after)
 
     expected = [(redact(r), choice("ok"), p, c, "m@0") for r, p, c in agent_session()]
     assert comparable(store.turns.policy_turns(whole.id)) == expected
@@ -148,7 +152,7 @@ def test_a_turn_after_a_stale_context_names_the_turn_it_extends(any_store: Episo
 
 def test_a_turn_whose_prefix_is_not_in_its_episode_is_a_clear_error(store: EpisodeStore) -> None:
     episode = store.start_episode("t", source=EpisodeSource.policy)
-    ids = record(store, episode.id, chained=True)
+    ids = record(store, episode.id, after="memory")
     with store.db.transaction(write=True) as cur:
         cur.execute("UPDATE policy_turns SET prefix_turn_id = ? WHERE id = ?", (ids[-1] + 100, ids[2]))
     with pytest.raises(StoreError, match=f"policy turn {ids[2]} .* extends turn {ids[-1] + 100}"):
