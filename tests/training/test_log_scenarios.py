@@ -4,6 +4,7 @@ option, and the refresh that re-reads only changed episodes. Real SQLite, the re
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 
 import pytest
 
@@ -22,6 +23,8 @@ FIX = (
 )
 ATTEMPT = FIX.replace("a + b", "a * b")
 """The agent's first, wrong attempt (as a `patch` argument of its first run)."""
+GIVEN_TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+"""Test code passed to `run_tests` as `tests` instead of a command; the sandbox runs it under pytest."""
 
 
 def run_tests_step(store: EpisodeStore, episode_id: str, arguments: dict[str, object], passed: bool) -> None:
@@ -62,11 +65,22 @@ def test_a_command_scenario_is_the_workspace_before_the_agents_fix(store: Episod
         assert scenario.workspace_ref is None and scenario.messages[-1]["content"] == "make test_add pass"
 
 
+def given_tests_episode(store: EpisodeStore) -> str:
+    """An episode whose first run_tests was given test code (`tests`) instead of a command."""
+    ep = store.start_episode("make test_add pass").id
+    run_tests_step(store, ep, {"files": {"calc.py": BROKEN["calc.py"]}, "tests": GIVEN_TESTS}, passed=False)
+    store.end_episode(ep, EpisodeStatus.failure)
+    return ep
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
-def test_a_canned_fix_scores_1_and_a_wrong_one_0_in_the_sandbox(store: EpisodeStore) -> None:
+@pytest.mark.parametrize("episode", [fixed_episode, given_tests_episode], ids=["test_command", "tests"])
+def test_a_canned_fix_scores_1_and_a_wrong_one_0_in_the_sandbox(
+    store: EpisodeStore, episode: Callable[[EpisodeStore], str]
+) -> None:
     from training.sandbox_runner import SandboxRunner
 
-    fixed_episode(store)
+    episode(store)
     [scenario] = scenarios_from_log(store)
     runner = SandboxRunner()
     try:
@@ -77,10 +91,6 @@ def test_a_canned_fix_scores_1_and_a_wrong_one_0_in_the_sandbox(store: EpisodeSt
         assert verify(scenario, "I would change calc.py", workspace_runner=runner) == 0.0
     finally:
         runner.close()
-
-
-GIVEN_TESTS = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
-"""Test code passed to `run_tests` as `tests` instead of a command; the sandbox runs it under pytest."""
 
 
 def test_a_run_tests_episode_given_test_code_is_a_scenario_only_with_its_workspace(store: EpisodeStore) -> None:
@@ -94,23 +104,6 @@ def test_a_run_tests_episode_given_test_code_is_a_scenario_only_with_its_workspa
     [scenario] = scenarios_from_log(store)
     assert scenario.source_episode == ep and scenario.verifier.kind == "command"
     assert scenario.verifier.data == {"tests": GIVEN_TESTS, "files": {"calc.py": BROKEN["calc.py"]}}
-
-
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
-def test_a_scenario_from_test_code_scores_the_students_patch_in_the_sandbox(store: EpisodeStore) -> None:
-    from training.sandbox_runner import SandboxRunner
-
-    ep = store.start_episode("make test_add pass").id
-    run_tests_step(store, ep, {"files": {"calc.py": BROKEN["calc.py"]}, "tests": GIVEN_TESTS}, passed=False)
-    store.end_episode(ep, EpisodeStatus.failure)
-    [scenario] = scenarios_from_log(store)
-    runner = SandboxRunner()
-    try:
-        assert verify(scenario, FIX, workspace_runner=runner) == 1.0
-        assert verify(scenario, ATTEMPT, workspace_runner=runner) == 0.0
-        assert verify(scenario, "I would change calc.py", workspace_runner=runner) == 0.0
-    finally:
-        runner.close()
 
 
 def test_scenario_sets_are_named_once_each_comma_separated() -> None:

@@ -116,32 +116,23 @@ def test_a_turn_after_a_stale_context_names_the_turn_it_extends(any_store: Episo
     then the first records one that extends its own (now older) last turn."""
     store = any_store
     episode = store.start_episode("t", source=EpisodeSource.policy)
-    first = EncodedTurn.of(
-        model="m",
-        request={"messages": [{"role": "user", "content": "a"}]},
-        choice=choice("b"),
-        prompt_token_ids=[1, 2],
-        completion_token_ids=[3],
-    )
+
+    def turn(said: list[str], answer: str, prompt: list[int], after: TurnContext | None) -> EncodedTurn:
+        messages = [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(said)]
+        return EncodedTurn.of(
+            model="m",
+            request={"messages": messages},
+            choice=choice(answer),
+            prompt_token_ids=prompt,
+            completion_token_ids=[prompt[-1] + 1],
+            after=after,
+        )
+
+    first = turn(["a"], "b", [1, 2], None)
     first_id = store.turns.add_policy_turn(episode.id, first)
     seen_by_one = first.context(first_id)
-    other = EncodedTurn.of(
-        model="m",
-        request={"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "x"}]},
-        choice=choice("y"),
-        prompt_token_ids=[1, 2, 3, 4],
-        completion_token_ids=[5],
-        after=store.turns.turn_context(episode.id),
-    )
-    store.turns.add_policy_turn(episode.id, other)
-    late = EncodedTurn.of(
-        model="m",
-        request={"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
-        choice=choice("c"),
-        prompt_token_ids=[1, 2, 3, 6],
-        completion_token_ids=[7],
-        after=seen_by_one,
-    )
+    store.turns.add_policy_turn(episode.id, turn(["a", "x"], "y", [1, 2, 3, 4], store.turns.turn_context(episode.id)))
+    late = turn(["a", "b"], "c", [1, 2, 3, 6], seen_by_one)
     store.turns.add_policy_turn(episode.id, late)
     assert late.prefix == TurnPrefix(first_id, 1, 3)
     turns = store.turns.policy_turns(episode.id)
