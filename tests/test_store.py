@@ -16,6 +16,7 @@ from training.log_rows import MAX_TEXT_CHARS
 from training.migrations import MIGRATIONS, Migration, applied, migrate
 from training.policy_turns import EncodedTurn
 from training.records import EpisodeSource, EpisodeStatus, RewardSource
+from training.redact import redact
 from training.store import EpisodeStore
 
 FROZEN_V1 = Path(__file__).parent / "data" / "episodes-0001.sqlite"
@@ -129,6 +130,38 @@ def test_secrets_are_redacted_before_storage(store: EpisodeStore) -> None:
     assert "[REDACTED:" in detail.episode.task and "postgresql://admin:[REDACTED" in (
         detail.steps[0].result_summary or ""
     )
+
+
+def test_workspace_files_sent_with_every_call_are_stored_once(store: EpisodeStore) -> None:
+    """An agent sends its files with every run_tests: each long text lands in the log once, the
+    steps read back whole, and a secret in a file is redacted before it is stored at all."""
+    ep = store.start_episode("fix the parser")
+    module = "def parse(text):\n    return text.split()\n" * 40
+    secret = "ghp_" + "Z9y8" * 9
+    calls = [
+        {
+            "files": {"parse.py": module, f"test_{n}.py": f"# case {n}\n" + "assert parse('a b')\n" * 80, "x.py": "1"},
+            "test_command": "pytest -q",
+            "settings": [{"env": f"TOKEN={secret}\n" + "DEBUG=1\n" * 200}],
+        }
+        for n in range(4)
+    ]
+    for arguments in calls:
+        store.add_step(ep.id, tool="run_tests", arguments=arguments, result_summary="ok", error=None, duration_ms=9)
+    steps = store.detail(ep.id).steps
+    assert [s.arguments for s in steps] == [redact(a) for a in calls]
+    assert secret not in str(steps) and "[REDACTED:" in steps[0].arguments["settings"][0]["env"]
+    with store.db.transaction(write=False) as cur:
+        blobs = [r[0] for r in cur.execute("SELECT text FROM blobs").fetchall()]
+        rows = [r[0] for r in cur.execute("SELECT arguments FROM steps WHERE episode_id = ?", (ep.id,)).fetchall()]
+    assert len(blobs) == 1 + 4 + 1  # the module and the env once, each call's own test file
+    assert all(secret not in text for text in blobs)
+    assert all(len(row) < 600 for row in rows)  # the texts are refs in the step rows
+
+    with store.db.transaction(write=True) as cur:
+        cur.execute("DELETE FROM blobs WHERE text LIKE ?", ("%case 2%",))
+    with pytest.raises(StoreError, match=f"step {steps[2].id} of episode {ep.id} refers to a text the log does not"):
+        store.detail(ep.id)
 
 
 def test_long_text_is_clipped_with_a_marker(store: EpisodeStore) -> None:

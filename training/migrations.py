@@ -165,6 +165,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE policy_turns ADD COLUMN prefix_tokens INTEGER NOT NULL DEFAULT 0",
         ),
     ),
+    # A step stores each long string of its arguments (the workspace files an agent sends with
+    # every run_tests) once per content, in `blobs`; `steps.blob_refs` says where they go back
+    # (`training.step_blobs`). Steps without refs (all steps written before this) are whole.
+    Migration(
+        "0007_step_blobs",
+        (
+            "CREATE TABLE blobs (sha256 TEXT PRIMARY KEY, text TEXT NOT NULL)",
+            "ALTER TABLE steps ADD COLUMN blob_refs TEXT",
+        ),
+    ),
 )
 
 

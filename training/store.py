@@ -13,7 +13,8 @@ import time
 import uuid
 from typing import Any
 
-from training.db import Database, EpisodeClosed, EpisodeNotFound, check_episode_id, connect
+from training import step_blobs
+from training.db import Cursor, Database, EpisodeClosed, EpisodeNotFound, StoreError, check_episode_id, connect
 from training.log_rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
 from training.migrations import migrate
 from training.policy_turns import PolicyTurns
@@ -30,6 +31,30 @@ from training.records import (
 )
 from training.redact import redact
 from training.training_runs import TrainingRuns
+
+
+def _read_blobs(cur: Cursor, digests: set[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    wanted = sorted(digests)
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        marks = ",".join("?" * len(part))
+        rows = cur.execute(f"SELECT sha256, text FROM blobs WHERE sha256 IN ({marks})", part).fetchall()
+        found.update((digest, json.loads(text)) for digest, text in rows)
+    return found
+
+
+def _arguments(episode_id: str, step_id: int, stored: Any, refs: Any, blobs: dict[str, str]) -> dict[str, Any]:
+    """A step's arguments whole again: `stored` with the texts its `refs` name put back."""
+    if refs is None:
+        return stored  # type: ignore[no-any-return]
+    try:
+        return step_blobs.join(stored, [(path, digest) for path, digest in refs], blobs)  # type: ignore[no-any-return]
+    except (LookupError, TypeError) as exc:  # a missing blob, or refs that do not fit the arguments
+        raise StoreError(
+            f"step {step_id} of episode {episode_id} refers to a text the log does not hold ({exc}):"
+            " the log was edited by hand?"
+        ) from exc
 
 
 def new_episode_id() -> str:
@@ -169,15 +194,24 @@ class EpisodeStore:
         `wait=False` raises `StoreBusy` rather than wait for another writer (see `Database`)."""
         check_episode_id(episode_id)
         now = time.time()
-        values = (json_text(redact(arguments)), clip_text(result_summary), clip_text(error))
+        parts = step_blobs.split(redact(arguments))
+        refs = json_text(parts.refs) if parts.refs else None
+        values = (json_text(parts.arguments), refs, clip_text(result_summary), clip_text(error))
         with self.db.transaction(write=True, wait=wait) as cur:
             # Steps may land on an ended episode (a late call after end_episode): the record stays whole.
             cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
             row = cur.execute(
-                "INSERT INTO steps (episode_id, tool, arguments, result_summary, error, duration_ms, created_at)"
-                " SELECT ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?) RETURNING id",
+                "INSERT INTO steps (episode_id, tool, arguments, blob_refs, result_summary, error, duration_ms,"
+                " created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?)"
+                " RETURNING id",
                 (episode_id, tool, *values, duration_ms, now, episode_id),
             ).fetchone()
+            if row is not None:
+                for digest, text in parts.blobs.items():
+                    cur.execute(
+                        "INSERT INTO blobs (sha256, text) VALUES (?, ?) ON CONFLICT (sha256) DO NOTHING",
+                        (digest, json_text(text)),  # JSON: a lone surrogate stays storable, escaped
+                    )
         if row is None:
             raise EpisodeNotFound(episode_id)
         return int(row[0])
@@ -213,10 +247,12 @@ class EpisodeStore:
         episode = self.get_episode(episode_id)
         with self.db.transaction(write=False) as cur:
             step_rows = cur.execute(
-                "SELECT id, tool, arguments, result_summary, error, duration_ms, created_at FROM steps"
+                "SELECT id, tool, arguments, result_summary, error, duration_ms, created_at, blob_refs FROM steps"
                 " WHERE episode_id = ? ORDER BY id",
                 (episode_id,),
             ).fetchall()
+            refs = {r[0]: json.loads(r[7]) for r in step_rows if r[7] is not None}
+            blobs = _read_blobs(cur, {digest for step_refs in refs.values() for _, digest in step_refs})
             reward_rows = cur.execute(
                 "SELECT id, source, value, comment, created_at FROM rewards WHERE episode_id = ? ORDER BY id",
                 (episode_id,),
@@ -226,7 +262,7 @@ class EpisodeStore:
                 id=r[0],
                 episode_id=episode_id,
                 tool=r[1],
-                arguments=json.loads(r[2]),
+                arguments=_arguments(episode_id, r[0], json.loads(r[2]), refs.get(r[0]), blobs),
                 result_summary=r[3],
                 error=r[4],
                 duration_ms=r[5],
