@@ -11,6 +11,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from memory.errors import QueryError
 from memory.stores.base import Hit
 
 RRF_K = 60
@@ -57,26 +58,131 @@ def top_k_candidates(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArr
     return np.flatnonzero(scores >= bound)
 
 
-@functools.lru_cache(maxsize=256)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Glob as git users expect: `*` stays inside one path segment, `**/` spans directories, and a
-    pattern without a slash matches the file name anywhere (`*.py`)."""
-    if "/" not in pattern:
-        pattern = "**/" + pattern
+MAX_GLOB_ALTERNATIVES = 64
+
+
+def _closing(pattern: str, start: int, open_: str, close: str) -> int:
+    """Index of the `close` that ends the group opened at `start`, skipping escapes (and nested
+    groups for braces); -1 when there is none."""
+    depth, i = 0, start
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == open_ and open_ != "[":
+            depth += 1
+        elif c == close and (open_ != "[" or i > start + 1 + (pattern[start + 1 : start + 2] in ("!", "^"))):
+            depth -= 1
+            if depth <= 0:
+                return i
+        i += 1
+    return -1
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """`src/{api,core}/*.{py,ts}` -> its four brace-free patterns (nested braces too), in order.
+    Raises `QueryError` for an unclosed brace or more than MAX_GLOB_ALTERNATIVES patterns
+    (`glob_regex` says which pattern)."""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a class is literal text here: `[{]` is a brace character, not a group
+            end = _closing(pattern, i, "[", "]")
+            i = end + 1 if end > 0 else i + 1
+            continue
+        if c == "{":
+            end = _closing(pattern, i, "{", "}")
+            if end < 0:
+                raise QueryError("a '{' is never closed (write \\{ for a literal brace)")
+            head, rests = pattern[:i], expand_braces(pattern[end + 1 :])
+            out = [
+                head + choice + rest
+                for alternative in _split_commas(pattern[i + 1 : end])
+                for choice in expand_braces(alternative)
+                for rest in rests
+            ]
+            if len(out) > MAX_GLOB_ALTERNATIVES:
+                raise QueryError(f"it expands to over {MAX_GLOB_ALTERNATIVES} patterns: narrow it")
+            return out
+        i += 1
+    return [pattern]
+
+
+def _split_commas(group: str) -> list[str]:
+    """The alternatives of a brace group's inside, split at commas outside nested braces."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(group):
+        c = group[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(group[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, group[start:]]
+
+
+def _class_regex(pattern: str, start: int, end: int) -> str:
+    """The regex of the class `pattern[start:end + 1]` (`[abc]`, `[a-z]`, `[!abc]`/`[^abc]`): one
+    character, never a slash."""
+    body = pattern[start + 1 : end]
+    negated = body[:1] in ("!", "^")
+    if negated:
+        body = body[1:]
+    chars = "".join(c if c == "-" else re.escape(c) for c in body)
+    return f"[^/{chars}]" if negated else f"(?!/)[{chars}]"
+
+
+def _brace_free_regex(pattern: str) -> str:
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
-        if pattern.startswith("**/", i):
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+        elif pattern.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
-            continue
-        if pattern.startswith("**", i):
+        elif pattern.startswith("**", i):
             out.append(".*")
             i += 2
-            continue
-        out.append({"*": "[^/]*", "?": "[^/]"}.get(c) or re.escape(c))
-        i += 1
-    return re.compile("".join(out) + r"\Z")
+        elif c == "[":
+            end = _closing(pattern, i, "[", "]")
+            if end < 0:
+                raise QueryError("a '[' is never closed (write \\[ for a literal bracket)")
+            out.append(_class_regex(pattern, i, end))
+            i = end + 1
+        else:
+            out.append({"*": "[^/]*", "?": "[^/]"}.get(c) or re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+def rooted_glob(pattern: str) -> str:
+    """A pattern without a slash matches the file name anywhere (`*.py` is `**/*.py`)."""
+    return pattern if "/" in pattern else "**/" + pattern
+
+
+@functools.lru_cache(maxsize=256)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Glob as git and editor users expect: `*` and `?` stay inside one path segment, `**/` spans
+    directories, `[a-z]`/`[!a]` is one character of a class, `{a,b}` either alternative, a
+    backslash escapes the next character, and a pattern without a slash matches the file name
+    anywhere (`*.py`). A malformed pattern is a `QueryError` saying what to fix."""
+    try:
+        alternatives = [_brace_free_regex(p) for p in expand_braces(rooted_glob(pattern))]
+    except QueryError as exc:
+        raise QueryError(f"path_glob {pattern!r}: {exc}") from None
+    return re.compile("(?:" + "|".join(alternatives) + r")\Z")
 
 
 def glob_match(pattern: str, path: str) -> bool:

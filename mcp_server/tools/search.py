@@ -60,7 +60,8 @@ async def search_code(
     ctx: Context[Any, Any],
     k: Annotated[int, Field(ge=1, le=50, description="How many results.")] = 10,
     path_glob: Annotated[
-        str | None, Field(max_length=500, description="Only paths matching, e.g. 'src/**/*.py'.")
+        str | None,
+        Field(max_length=500, description="Only paths matching, e.g. 'src/**/*.py', '*.{ts,tsx}', 'test_[a-m]*'."),
     ] = None,
     language: Annotated[
         str | None, Field(max_length=40, description="Only this language, e.g. python, typescript, go (or py, ts).")

@@ -20,7 +20,7 @@ import numpy as np
 import structlog
 
 from memory.errors import StoreBusyError, StoreError
-from memory.ranking import glob_match, rrf
+from memory.ranking import glob_match, glob_regex, rrf
 from memory.sqlite_wal import open_wal
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
@@ -326,6 +326,8 @@ class SQLiteStore:
         selected = self._selective(reader, [t.replace('"', "") for t in tokens])
         if not (filters.path_glob or filters.language):
             return self._hits(self._keywords.top(reader, selected, k))
+        if filters.path_glob:
+            glob_regex(filters.path_glob)  # a malformed glob is a QueryError here, not an error inside SQLite
         match = " OR ".join('"' + t + '"' for t in selected)
         sql = "SELECT f.rowid, bm25(chunks_fts, ?, ?) AS s FROM chunks_fts f"
         args: list[object] = [*BM25_WEIGHTS]

@@ -19,7 +19,7 @@ import numpy as np
 import structlog
 
 from memory.errors import MemoryConfigError, StoreError
-from memory.ranking import RRF_K, glob_regex
+from memory.ranking import RRF_K, expand_braces, glob_regex, rooted_glob
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 
 try:
@@ -101,10 +101,12 @@ class TurbopufferStore:
         if filters.language:
             clauses.append(("language", "Eq", filters.language))
         if filters.path_glob:
-            # Same semantics as the SQLite store: a slash-less pattern matches the name anywhere.
-            pattern = filters.path_glob if "/" in filters.path_glob else "**/" + filters.path_glob
-            glob_regex(pattern)  # validates early, like the SQLite store
-            clauses.append(("path", "Glob", pattern))
+            # Same semantics as the SQLite store: a slash-less pattern matches the name anywhere,
+            # and braces are expanded here into an Or of brace-free globs (classes and `**` are
+            # plain Unix glob, which turbopuffer's Glob takes).
+            glob_regex(filters.path_glob)  # validates early, like the SQLite store
+            globs = [("path", "Glob", p) for p in expand_braces(rooted_glob(filters.path_glob))]
+            clauses.append(globs[0] if len(globs) == 1 else ("Or", globs))
         return ("And", clauses)
 
     @staticmethod

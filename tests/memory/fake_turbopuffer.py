@@ -249,5 +249,7 @@ def _matches(doc: dict[str, Any], flt: Any) -> bool:
     if op == "Lt":
         return have is not None and have < value
     if op == "Glob":
+        if "{" in value:  # rlide expands braces itself: whether the real Glob takes them was never checked
+            raise ValueError(f"this fake takes no braces in a Glob: {value!r}")
         return isinstance(have, str) and glob_match(value, have)
     raise ValueError(f"unsupported filter operator {op}")

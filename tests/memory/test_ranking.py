@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from memory.ranking import top_k
+from memory.errors import QueryError
+from memory.ranking import MAX_GLOB_ALTERNATIVES, expand_braces, glob_match, top_k
 
 
 def _by_full_sort(scores: np.ndarray, k: int) -> list[int]:
@@ -27,3 +30,43 @@ def test_top_k_equals_a_full_sort(n: int, k: int) -> None:
 
 def test_top_k_of_nothing_is_empty() -> None:
     assert top_k(np.zeros(5), 0).tolist() == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("*.py", "a/b.py", True),  # no slash: the name, anywhere
+        ("src/*.py", "src/a/b.py", False),  # `*` stays in one directory
+        ("src/**", "src/a/b.py", True),
+        ("src/**/test_*.py", "src/test_a.py", True),
+        ("src/{api,core}/*.py", "src/core/x.py", True),
+        ("src/{api,core}/*.py", "src/web/x.py", False),
+        ("*.{ts,tsx}", "web/app.tsx", True),
+        ("{src/{a,b},lib}/x", "src/b/x", True),  # nested
+        ("{src/{a,b},lib}/x", "lib/x", True),
+        ("test_[a-m]*.py", "t/test_fetch.py", True),
+        ("test_[a-m]*.py", "t/test_zip.py", False),
+        ("[!_]*.py", "pkg/_private.py", False),
+        ("[^_]*.py", "pkg/public.py", True),
+        ("[]x]", "d/]", True),  # a leading ] is a member
+        ("x[/]y", "x/y", False),  # a class never matches the separator
+        ("pages/[id].tsx", "pages/i.tsx", True),  # a class, as in git and editors
+        ("pages/\\[id\\].tsx", "pages/[id].tsx", True),  # escaped: literal brackets
+        ("pages/\\[id\\].tsx", "pages/i.tsx", False),
+        ("\\{a,b\\}.txt", "d/{a,b}.txt", True),
+        ("a+b(c).py", "a+b(c).py", True),  # regex characters are literal
+    ],
+)
+def test_glob_semantics(pattern: str, path: str, matches: bool) -> None:
+    assert glob_match(pattern, path) is matches
+
+
+def test_braces_expand_in_order_and_malformed_globs_say_what_to_fix() -> None:
+    expanded = ["src/api/*.py", "src/api/*.ts", "src/core/*.py", "src/core/*.ts"]
+    assert expand_braces("src/{api,core}/*.{py,ts}") == expanded
+    assert expand_braces("[{]x") == ["[{]x"]  # a brace inside a class is a character
+    for pattern, problem in [("src/{a,b", "'{' is never closed"), ("x[ab", "'[' is never closed")]:
+        with pytest.raises(QueryError, match=re.escape(problem)):
+            glob_match(pattern, "x")
+    with pytest.raises(QueryError, match=f"over {MAX_GLOB_ALTERNATIVES} patterns"):
+        glob_match("{a,b}" * 7, "x")

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from memory.embedding import CachedEmbedder
+from memory.errors import QueryError
 from memory.stores.base import Filters, Store
 from memory.tokens import query_tokens
 from tests.memory.conftest import FIXTURE_FILES, index_text
@@ -82,6 +84,28 @@ def test_filters_and_hybrid(store: Store, embedder: CachedEmbedder) -> None:
     fused = store.hybrid_search(query_tokens(query), vector, 3, Filters(), depth=20)
     assert fused[0].symbol == "startServer"
     assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
+
+
+def test_path_globs_with_braces_and_classes(store: Store) -> None:
+    for path, lang in [("app/users.py", "python"), ("web/server.ts", "typescript"), ("cmd/main.go", "go")]:
+        index_text(store, path, FIXTURE_FILES[path], lang)
+    found_by = {"app/users.py": "add_user", "web/server.ts": "startServer", "cmd/main.go": "fibonacci"}
+
+    def paths(glob: str) -> set[str]:
+        return {
+            path
+            for path, query in found_by.items()
+            if path in {h.path for h in store.keyword_search(query_tokens(query), 5, Filters(path_glob=glob))}
+        }
+
+    assert paths("**") == set(found_by)
+
+    assert paths("{app,web}/**") == {"app/users.py", "web/server.ts"}
+    assert paths("*.{go,ts}") == {"web/server.ts", "cmd/main.go"}
+    assert paths("[a-c]*/*") == {"app/users.py", "cmd/main.go"}
+    assert paths("[!a]*/*.{py,go}") == {"cmd/main.go"}
+    with pytest.raises(QueryError, match=r"path_glob '\{app,web/\*\*': a '\{' is never closed"):
+        store.keyword_search(query_tokens("fibonacci"), 5, Filters(path_glob="{app,web/**"))
 
 
 def test_set_vectors_ignores_vanished_chunks(store: Store, embedder: CachedEmbedder) -> None:
