@@ -61,20 +61,34 @@ def top_k_candidates(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArr
 MAX_GLOB_ALTERNATIVES = 64
 
 
-def _closing(pattern: str, start: int, open_: str, close: str) -> int:
-    """Index of the `close` that ends the group opened at `start`, skipping escapes (and nested
-    groups for braces); -1 when there is none."""
+def _class_end(pattern: str, start: int) -> int:
+    """Index of the `]` closing the class opened at `start` (a `]` first in it is a member), or -1."""
+    i = start + 1
+    i += pattern[i : i + 1] in ("!", "^")
+    i += pattern[i : i + 1] == "]"
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+        elif pattern[i] == "]":
+            return i
+        else:
+            i += 1
+    return -1
+
+
+def _brace_end(pattern: str, start: int) -> int:
+    """Index of the `}` closing the group opened at `start`, past nested groups and escapes, or -1."""
     depth, i = 0, start
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
             i += 2
             continue
-        if c == open_ and open_ != "[":
+        if c == "{":
             depth += 1
-        elif c == close and (open_ != "[" or i > start + 1 + (pattern[start + 1 : start + 2] in ("!", "^"))):
+        elif c == "}":
             depth -= 1
-            if depth <= 0:
+            if depth == 0:
                 return i
         i += 1
     return -1
@@ -91,11 +105,11 @@ def expand_braces(pattern: str) -> list[str]:
             i += 2
             continue
         if c == "[":  # a class is literal text here: `[{]` is a brace character, not a group
-            end = _closing(pattern, i, "[", "]")
-            i = end + 1 if end > 0 else i + 1
+            end = _class_end(pattern, i)
+            i = end + 1 if end >= 0 else i + 1
             continue
         if c == "{":
-            end = _closing(pattern, i, "{", "}")
+            end = _brace_end(pattern, i)
             if end < 0:
                 raise QueryError("a '{' is never closed (write \\{ for a literal brace)")
             head, rests = pattern[:i], expand_braces(pattern[end + 1 :])
@@ -138,7 +152,13 @@ def _class_regex(pattern: str, start: int, end: int) -> str:
     negated = body[:1] in ("!", "^")
     if negated:
         body = body[1:]
-    chars = "".join(c if c == "-" else re.escape(c) for c in body)
+    members, i = [], 0
+    while i < len(body):  # `-` stays a range; anything else, escaped or not, is itself
+        escaped = body[i] == "\\" and i + 1 < len(body)
+        c = body[i + escaped]
+        members.append("-" if c == "-" and not escaped else re.escape(c))
+        i += 1 + escaped
+    chars = "".join(members)
     return f"[^/{chars}]" if negated else f"(?!/)[{chars}]"
 
 
@@ -156,7 +176,7 @@ def _brace_free_regex(pattern: str) -> str:
             out.append(".*")
             i += 2
         elif c == "[":
-            end = _closing(pattern, i, "[", "]")
+            end = _class_end(pattern, i)
             if end < 0:
                 raise QueryError("a '[' is never closed (write \\[ for a literal bracket)")
             out.append(_class_regex(pattern, i, end))

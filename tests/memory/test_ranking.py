@@ -50,6 +50,9 @@ def test_top_k_of_nothing_is_empty() -> None:
         ("[^_]*.py", "pkg/public.py", True),
         ("[]x]", "d/]", True),  # a leading ] is a member
         ("x[/]y", "x/y", False),  # a class never matches the separator
+        ("[\\]a]", "d/]", True),  # an escaped ] is a member, the backslash is not
+        ("[\\]a]", "d/\\", False),
+        ("[a\\-c]", "d/b", False),  # an escaped - is no range
         ("pages/[id].tsx", "pages/i.tsx", True),  # a class, as in git and editors
         ("pages/\\[id\\].tsx", "pages/[id].tsx", True),  # escaped: literal brackets
         ("pages/\\[id\\].tsx", "pages/i.tsx", False),
