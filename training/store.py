@@ -33,15 +33,21 @@ from training.redact import redact
 from training.training_runs import TrainingRuns
 
 
-def _read_blobs(cur: Cursor, digests: set[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    wanted = sorted(digests)
+def _blob_rows(cur: Cursor, columns: str, digests: set[str]) -> list[Any]:
+    wanted, rows = sorted(digests), []
     for start in range(0, len(wanted), 500):
         part = wanted[start : start + 500]
         marks = ",".join("?" * len(part))
-        rows = cur.execute(f"SELECT sha256, text FROM blobs WHERE sha256 IN ({marks})", part).fetchall()
-        found.update((digest, json.loads(text)) for digest, text in rows)
-    return found
+        rows += cur.execute(f"SELECT {columns} FROM blobs WHERE sha256 IN ({marks})", part).fetchall()
+    return rows
+
+
+def _stored_blobs(cur: Cursor, digests: set[str]) -> set[str]:
+    return {row[0] for row in _blob_rows(cur, "sha256", digests)}
+
+
+def _read_blobs(cur: Cursor, digests: set[str]) -> dict[str, str]:
+    return {digest: json.loads(text) for digest, text in _blob_rows(cur, "sha256, text", digests)}
 
 
 def _arguments(episode_id: str, step_id: int, stored: Any, refs: Any, blobs: dict[str, str]) -> dict[str, Any]:
@@ -197,6 +203,8 @@ class EpisodeStore:
         parts = step_blobs.split(redact(arguments))
         refs = json_text(parts.refs) if parts.refs else None
         values = (json_text(parts.arguments), refs, clip_text(result_summary), clip_text(error))
+        # JSON keeps a lone surrogate storable (escaped), as in every other text column.
+        blobs = {digest: json_text(text) for digest, text in parts.blobs.items()}
         with self.db.transaction(write=True, wait=wait) as cur:
             # Steps may land on an ended episode (a late call after end_episode): the record stays whole.
             cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
@@ -207,10 +215,12 @@ class EpisodeStore:
                 (episode_id, tool, *values, duration_ms, now, episode_id),
             ).fetchone()
             if row is not None:
-                for digest, text in parts.blobs.items():
+                # Most texts are there already (the same files, call after call): look them up in
+                # one statement and insert only the new ones.
+                for digest in blobs.keys() - _stored_blobs(cur, set(blobs)):
                     cur.execute(
                         "INSERT INTO blobs (sha256, text) VALUES (?, ?) ON CONFLICT (sha256) DO NOTHING",
-                        (digest, json_text(text)),  # JSON: a lone surrogate stays storable, escaped
+                        (digest, blobs[digest]),
                     )
         if row is None:
             raise EpisodeNotFound(episode_id)
