@@ -52,6 +52,9 @@ class EpisodeRecorder:
     """Maps MCP sessions to their open episode and writes steps through the store."""
 
     store: EpisodeStore
+    workspace: str | None = None
+    """The served workspace: the episodes this server starts are in it unless start_episode names
+    another, so a test run recorded with only a commit can be re-checked in that repository."""
     _current: dict[str, str] = field(default_factory=dict)
     _process_key: str = field(default_factory=lambda: f"proc-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
@@ -108,6 +111,7 @@ class EpisodeRecorder:
         episode = await self.run(
             self.store.start_episode,
             f"(implicit) tool calls outside an explicit episode, starting with {tool}",
+            workspace=self.workspace,
             client=client,
             session_key=session_key,
             implicit=True,

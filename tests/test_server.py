@@ -95,6 +95,9 @@ async def test_calls_outside_an_episode_go_to_an_implicit_one(client: Client, se
     started = await call_ok(client, "start_episode", {"task": "real work"})
     assert store.get_episode(implicit.id).status is EpisodeStatus.aborted
     assert store.get_episode(started["episode_id"]).step_count == 1
+    # Both are in the served workspace, as neither named one.
+    served = str(settings.served_workspace)
+    assert implicit.workspace == served and store.get_episode(started["episode_id"]).workspace == served
     store.close()
 
 

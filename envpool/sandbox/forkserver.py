@@ -213,9 +213,11 @@ class PythonProgram:
             else:
                 print(exc.code, file=sys.stderr)
                 status = 1
-        except BaseException:
+        except BaseException as exc:
             try:
-                traceback.print_exc()
+                # From the program's own frames, as `python3 main.py` prints them: this one is ours.
+                ours = exc.__traceback__
+                traceback.print_exception(type(exc), exc, ours.tb_next if ours is not None else None)
             except MemoryError:  # no memory left even to format the traceback
                 os.write(2, b"MemoryError\n")
             except BaseException:

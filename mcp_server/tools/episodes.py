@@ -66,7 +66,9 @@ def _resolve(state: AppState, ctx: Context[Any, Any], episode_id: str | None) ->
 async def start_episode(
     task: Annotated[str, Field(min_length=1, max_length=20_000, description="What the agent is trying to do.")],
     ctx: Context[Any, Any],
-    workspace: Annotated[str | None, Field(max_length=4096, description="Workspace root, if any.")] = None,
+    workspace: Annotated[
+        str | None, Field(max_length=4096, description="Workspace root (default: the workspace this server serves).")
+    ] = None,
 ) -> StartEpisodeResult:
     """Start an episode: the tool calls that follow in this session are recorded into it and rewarded.
 
@@ -88,7 +90,11 @@ async def start_episode(
         elif prior.status is EpisodeStatus.open:
             note = f"episode {previous} is still open; end it with end_episode(episode_id={previous!r})"
     episode = await recorder.run(
-        state.store.start_episode, task, workspace=workspace, client=client_name(ctx.request_context), session_key=key
+        state.store.start_episode,
+        task,
+        workspace=workspace or recorder.workspace,
+        client=client_name(ctx.request_context),
+        session_key=key,
     )
     recorder.bind(key, episode.id)
     return StartEpisodeResult(episode_id=episode.id, task=episode.task, status=episode.status, note=note)

@@ -46,6 +46,16 @@ async def test_nonzero_exit_is_error(sandbox: BwrapSandbox) -> None:
     assert result.status is RunStatus.ERROR and "ZeroDivisionError" in result.stderr
 
 
+async def test_a_failing_program_shows_its_own_traceback(sandbox: BwrapSandbox) -> None:
+    """What `python3 main.py` prints: the program's frames from the top, none of the sandbox's."""
+    result = await run(sandbox, "def f(x):\n    return 1 / x\n\nf(0)\n")
+    assert result.stderr.startswith('Traceback (most recent call last):\n  File "main.py", line 4, in <module>\n')
+    assert result.stderr.endswith("ZeroDivisionError: division by zero\n") and "forkserver" not in result.stderr
+    result = await run(sandbox, "def f(:\n    pass\n")
+    assert result.stderr.startswith('  File "main.py", line 1\n    def f(:\n')  # no traceback: nothing ran
+    assert result.stderr.endswith("SyntaxError: invalid syntax\n")
+
+
 async def test_loopback_socket_to_host_process(sandbox: BwrapSandbox) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
