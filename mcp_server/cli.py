@@ -103,18 +103,23 @@ def doctor(as_json: JsonFlag = False) -> None:
         raise typer.Exit(code=1)
 
 
-_LANGUAGES = {".py": "python", ".sh": "shell", ".bash": "shell", ".js": "node", ".mjs": "node"}
+_LANGUAGES = {".py": "python", ".sh": "shell", ".bash": "bash", ".js": "node", ".mjs": "node"}
 
 
 @app.command()
 def run(
     source: Annotated[str, typer.Argument(help="Program file, or - for standard input.")],
-    language: Annotated[str | None, typer.Option(help="python | shell | node (default: from the extension).")] = None,
+    language: Annotated[
+        str | None, typer.Option(help="python | shell (POSIX sh) | bash | node (default: from the extension).")
+    ] = None,
     timeout_s: Annotated[float, typer.Option(min=0.1, max=600, help="Wall-clock limit.")] = 10.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Run a program in the sandbox, as the run_code tool does. Exit status: the program's (124 on timeout)."""
+    from pydantic import ValidationError
+
     from envpool.sandbox import InvalidRequest, RunRequest, RunStatus, SandboxError, make_sandbox
+    from envpool.sandbox.base import request_problem
 
     settings = cli_settings()
     if source == "-":
@@ -131,8 +136,11 @@ def run(
         raise fail(f"{origin} is not UTF-8 text (invalid byte at offset {exc.start}): pass a program's source") from exc
     try:
         request = RunRequest(language=chosen, code=code, timeout_s=timeout_s)  # type: ignore[arg-type]
+    except (ValidationError, InvalidRequest) as exc:
+        raise fail(request_problem(exc)) from exc
+    try:
         sandbox = make_sandbox(settings.sandbox)
-    except (ValueError, InvalidRequest, SandboxError) as exc:
+    except (ValueError, SandboxError) as exc:
         raise fail(str(exc)) from exc
     try:
         result = sandbox.run(request)

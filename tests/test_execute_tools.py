@@ -70,6 +70,22 @@ async def test_run_code_statuses(client: Client) -> None:
 
 
 @pytest.mark.anyio
+async def test_languages_by_the_names_agents_use(client: Client) -> None:
+    # shell is POSIX sh (dash here: no arrays); bash is bash.
+    posix = await call_ok(client, "run_code", {"code": "a=(1 2); echo $0", "language": "shell"})
+    assert posix["status"] == "error" and "sh" in posix["stderr"]
+    bash = await call_ok(client, "run_code", {"code": "a=(1 2 3); echo ${#a[@]} $0", "language": "bash"})
+    assert bash["stdout"] == "3 bash\n"
+    for alias in ("js", "JavaScript"):
+        node = await call_ok(client, "run_code", {"code": "console.log(6 * 7)", "language": alias})
+        assert node["stdout"] == "42\n", alias
+    assert (await call_ok(client, "run_code", {"code": "print(1)", "language": "python3"}))["stdout"] == "1\n"
+    message = await call_error(client, "run_code", {"code": "puts 1", "language": "ruby"})
+    assert "unknown language 'ruby': one of python, shell, bash, node" in message
+    assert "pydantic" not in message and "\n" not in message  # one line to act on, no library report
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     "code",
     [

@@ -12,11 +12,21 @@ import os
 import posixpath
 import threading
 from enum import StrEnum
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Language = Literal["python", "shell", "node"]
+Language = Literal["python", "shell", "bash", "node"]
+"""shell is POSIX sh (/bin/sh), bash is /bin/bash."""
+LANGUAGE_ALIASES: dict[str, Language] = {
+    "py": "python",
+    "python3": "python",
+    "sh": "shell",
+    "javascript": "node",
+    "js": "node",
+    "nodejs": "node",
+}
+"""Other names agents use for the languages; any letter case is accepted."""
 
 #: Appended to a stream cut at the output limit, so a reader (human or model) knows it was cut.
 TRUNCATION_MARKER = "\n[rlide: output truncated at {limit} bytes]\n"
@@ -72,6 +82,19 @@ def validate_relative_path(path: str) -> str:
     return norm
 
 
+def request_problem(exc: ValidationError | InvalidRequest) -> str:
+    """What is wrong with a request, as one line a caller (or an agent) can act on:
+    `field: problem; ...` instead of pydantic's multi-line report with documentation links."""
+    if isinstance(exc, InvalidRequest):
+        return str(exc)
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
+
+
 class RunRequest(BaseModel):
     """One program to run in a fresh workspace."""
 
@@ -88,6 +111,18 @@ class RunRequest(BaseModel):
     max_file_mb: int = Field(default=64, ge=1, le=4096, description="Largest file the program may write.")
     max_output_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20, description="Per stream.")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("language", mode="before")
+    @classmethod
+    def _canonical_language(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        name = value.strip().lower()
+        name = LANGUAGE_ALIASES.get(name, name)
+        if name not in get_args(Language):
+            known = ", ".join([*get_args(Language), *LANGUAGE_ALIASES])
+            raise InvalidRequest(f"unknown language {value!r}: one of {known}")
+        return name
 
     @field_validator("files")
     @classmethod

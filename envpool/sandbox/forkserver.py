@@ -75,6 +75,7 @@ PREIMPORT = (
 
 
 TOOLS_SITE = "/opt/tools-site"
+SHELLS = {"shell": "/bin/sh", "bash": "/bin/bash"}
 
 
 def read_proc(path: str) -> bytes:
@@ -317,8 +318,8 @@ class Server:
                 # Python ignores these; an exec'd program should get the usual defaults.
                 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
                 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-                if lang == "shell":
-                    os.execve("/bin/sh", ["sh", "-c", req["code"]], env)
+                if lang in SHELLS:
+                    os.execve(SHELLS[lang], [os.path.basename(SHELLS[lang]), "-c", req["code"]], env)
                 elif lang == "node":
                     write_files({".rlide-main.js": req["code"]})
                     heap = max(16, int(req["memory_mb"]) * 3 // 4)

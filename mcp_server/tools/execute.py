@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, get_args
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -11,7 +11,17 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from envpool.sandbox.base import InvalidRequest, RunRequest, RunResult, SandboxError, TestRunRequest, prepare_test_run
+from envpool.sandbox.base import (
+    LANGUAGE_ALIASES,
+    InvalidRequest,
+    Language,
+    RunRequest,
+    RunResult,
+    SandboxError,
+    TestRunRequest,
+    prepare_test_run,
+    request_problem,
+)
 from mcp_server.result_size import fit_result
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
@@ -125,15 +135,22 @@ def _request(**fields: Any) -> RunRequest:
     try:
         return RunRequest(**fields)
     except (ValidationError, InvalidRequest) as exc:
-        raise ToolError(f"invalid run request: {exc}") from exc
+        raise ToolError(f"invalid run request: {request_problem(exc)}") from exc
 
 
 async def run_code(
     code: Annotated[
-        str, Field(min_length=1, max_length=1_000_000, description="Program (python, node) or script (shell).")
+        str, Field(min_length=1, max_length=1_000_000, description="Program (python, node) or script (shell, bash).")
     ],
     ctx: Context[Any, Any],
-    language: Literal["python", "shell", "node"] = "python",
+    language: Annotated[
+        str,
+        Field(
+            max_length=20,
+            description="shell is POSIX sh, bash is bash.",
+            json_schema_extra={"enum": [*get_args(Language), *LANGUAGE_ALIASES]},
+        ),
+    ] = "python",
     stdin: Annotated[str | None, Field(max_length=1_000_000)] = None,
     timeout_s: TimeoutS = 10.0,
     files: Files = None,
@@ -176,7 +193,7 @@ async def run_tests(
         )
         request = await anyio.to_thread.run_sync(prepare_test_run, given)
     except (ValidationError, InvalidRequest) as exc:
-        raise ToolError(f"invalid test run: {exc}") from exc
+        raise ToolError(f"invalid test run: {request_problem(exc)}") from exc
     result = await _run(ctx, request)
     passed, failed = parse_test_counts(result.stdout + "\n" + result.stderr)
     reward = reward_from_tests(result.ok, passed, failed)
