@@ -236,7 +236,7 @@ def episodes_list(
         reward = "-" if e.reward_total is None else f"{e.reward_total:+.2f}"
         typer.echo(
             f"{e.id}  {e.created_at:%Y-%m-%d %H:%M}  {e.status.value:<8} steps={e.step_count:<4} "
-            f"reward={reward:<6} {e.task[:60]}"
+            f"reward={reward:<6} {one_line(e.task, 60)}"
         )
 
 
@@ -274,16 +274,23 @@ def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     if e.summary:
         typer.echo(f"summary: {e.summary}")
     for s in detail.steps:
-        outcome = f"ERROR {s.error[:80]}" if s.error else (s.result_summary or "")[:80].replace("\n", " ")
+        outcome = f"ERROR {one_line(s.error, 80)}" if s.error else one_line(s.result_summary or "", 80)
         typer.echo(f"  [{s.id}] {s.created_at:%H:%M:%S} {s.tool} ({s.duration_ms:.1f} ms) {outcome}")
     for t, b in zip(turns, brief, strict=True):
-        answer = (b["answer"] or "")[:60].replace("\n", " ")
+        answer = one_line(b["answer"] or "", 60)
         typer.echo(
             f"  turn [{t.id}] {t.created_at:%H:%M:%S} {t.model}  prompt {b['prompt_tokens']} tokens,"
             f" answer {b['completion_tokens']} tokens: {answer!r}"
         )
     for r in detail.rewards:
-        typer.echo(f"  reward {r.source.value}: {r.value:+.2f} {r.comment or ''}")
+        typer.echo(f"  reward {r.source.value}: {r.value:+.2f} {one_line(r.comment or '', 120)}")
+
+
+def one_line(text: str, width: int) -> str:
+    """`text` on one line of at most `width` characters: a step's error or a task may span many,
+    and the listing is one line per item."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 class ExportFormat(StrEnum):

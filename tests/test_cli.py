@@ -63,6 +63,18 @@ def test_episodes_list_show_export(episode_id: str, tmp_path: Path) -> None:
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 2 and {line["episode"]["id"] for line in lines} >= {episode_id}
 
+    # A multi-line task, error or comment stays on its item's one line.
+    store = EpisodeStore.open(load_settings().episode_db_url)
+    messy = store.start_episode("fix the loader\n\nit crashes on start", client="cursor")
+    store.add_step(messy.id, tool="run_code", arguments={}, result_summary=None, error="one\ntwo", duration_ms=1)
+    store.add_reward(messy.id, RewardSource.feedback, 0.5, "good\nbut slow")
+    store.close()
+    shown_lines = runner.invoke(app, ["episodes", "show", messy.id]).stdout.splitlines()
+    assert [line for line in shown_lines if line.startswith("  [")][0].endswith("ERROR one two")
+    assert shown_lines[-1] == "  reward feedback: +0.50 good but slow"
+    listed_lines = runner.invoke(app, ["episodes", "list"]).stdout.splitlines()
+    assert listed_lines[0].endswith("fix the loader it crashes on start") and len(listed_lines) == 3
+
 
 def test_a_policy_episode_shows_its_turns(home: Path) -> None:
     from training.codec import encode_choice
