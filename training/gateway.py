@@ -1,7 +1,7 @@
 """The policy endpoint: OpenAI-compatible chat completions from the latest checkpoint, recorded.
 
     GET  /v1/models                                  the policy under its stable alias (e.g. "student")
-    POST /v1/chat/completions                        a completion; not recorded
+    POST /v1/chat/completions                        a completion (or, with stream=true, its events); not recorded
     POST /episodes                                   {"task"} -> a new `policy` episode's id
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
     POST /episodes/{id}/v1/chat/completions          a completion recorded into episode {id} with its
@@ -22,16 +22,18 @@ imports no torch; the engine does, when it is built.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from training.backends.base import BackendConfig
@@ -80,8 +82,9 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         raise BadRequest("seed must be an integer")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("tools must be a list")
-    if body.get("stream"):
-        raise BadRequest("stream=true is not supported by the policy endpoint; call again without it")
+    stream, options = body.get("stream", False), body.get("stream_options") or {}
+    if not isinstance(stream, bool) or not isinstance(options, dict):
+        raise BadRequest("stream must be true or false, stream_options an object")
     return {
         "messages": messages,
         "n": n,
@@ -90,6 +93,8 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         "seed": seed,
         "tools": tools,
         "logprobs": bool(body.get("logprobs", False)),
+        "stream": stream,
+        "include_usage": stream and bool(options.get("include_usage", False)),
     }
 
 
@@ -114,6 +119,37 @@ def completion_response(alias: str, completion: Completion, want_logprobs: bool)
             "total_tokens": len(completion.prompt_token_ids) + n_completion,
         },
     }
+
+
+def completion_events(response: dict[str, Any], include_usage: bool) -> Iterator[bytes]:
+    """`response` (`completion_response`'s) as the server-sent events of a streamed completion:
+    per choice, one chunk with the whole message and its logprobs, then one with its finish
+    reason; the usage chunk if asked for (`stream_options.include_usage`); then `[DONE]`. The
+    completion is sampled (and recorded) before the first event, so a client that streams gets
+    exactly what a client that does not gets, only framed as chunks."""
+    head = {k: response[k] for k in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+    if include_usage:
+        head["usage"] = None
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        chunk = {**head, "choices": choices, **extra}
+        # As JSONResponse writes a completion: compact, UTF-8, no NaN.
+        text = json.dumps(chunk, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return b"data: " + text.encode() + b"\n\n"
+
+    for choice in response["choices"]:
+        message, index = choice["message"], choice["index"]
+        delta = {"role": "assistant", "content": message.get("content")}
+        if message.get("refusal") is not None:
+            delta["refusal"] = message["refusal"]
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        yield event([{"index": index, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}])
+        yield event([{"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}])
+    if include_usage:
+        yield event([], usage=response["usage"])
+    yield b"data: [DONE]\n\n"
 
 
 def _prior_turn(context: TurnContext, messages: list[dict[str, Any]]) -> PriorTurn | None:
@@ -210,7 +246,7 @@ class Gateway:
             }
         )
 
-    async def chat(self, request: Request) -> JSONResponse:
+    async def chat(self, request: Request) -> Response:
         episode_id = request.path_params.get("episode_id")
         try:
             body = await request.json()
@@ -220,14 +256,17 @@ class Gateway:
             args = parse_request(body, self.alias)
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
-            want_logprobs = args.pop("logprobs")
+            want_logprobs, stream, include_usage = args.pop("logprobs"), args.pop("stream"), args.pop("include_usage")
             # One trip off the event loop per request: sample and record (committed before we answer).
             completion = await anyio.to_thread.run_sync(self._complete, episode_id, args)
         except BadRequest as exc:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
-        return JSONResponse(completion_response(self.alias, completion, want_logprobs))
+        response = completion_response(self.alias, completion, want_logprobs)
+        if stream:
+            return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
+        return JSONResponse(response)
 
     def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
         if episode_id is None:

@@ -1,0 +1,77 @@
+"""stream=true through the real OpenAI client: the same completion, framed as chunks, and recorded
+the same way. Agents such as Aider stream by default."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from training_logdata import CannedEngine
+
+from training.codec import decode_choice
+from training.gateway import Gateway
+from training.store import EpisodeStore
+
+openai = pytest.importorskip("openai")
+
+TOOL_CALLS = [
+    {"id": "call_1", "type": "function", "function": {"name": "run_tests", "arguments": '{"test_command": "pytest"}'}},
+    {"id": "call_2", "type": "function", "function": {"name": "search_code", "arguments": '{"query": "reward"}'}},
+]
+
+
+def client(http: TestClient, base: str) -> Any:
+    return openai.OpenAI(base_url=f"http://testserver{base}", api_key="unused", http_client=http, max_retries=0)
+
+
+def test_a_streamed_turn_is_the_completion_in_chunks_and_is_recorded_alike(store: EpisodeStore) -> None:
+    http = TestClient(Gateway(CannedEngine(["The", " answer", " is", " 42"]), store).app)
+    episode_id = http.post("/episodes", json={"task": "answer"}).json()["episode_id"]
+    messages = [{"role": "user", "content": "What is it?"}]
+    plain = client(http, "/v1").chat.completions.create(model="student", messages=messages, logprobs=True)
+    chunks = list(
+        client(http, f"/episodes/{episode_id}/v1").chat.completions.create(
+            model="student", messages=messages, logprobs=True, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert "".join(d.delta.content or "" for d in deltas) == plain.choices[0].message.content == "The answer is 42"
+    streamed = [entry for d in deltas if d.logprobs for entry in d.logprobs.content or []]
+    assert streamed == plain.choices[0].logprobs.content
+    assert deltas[0].delta.role == "assistant" and deltas[-1].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage == plain.usage
+    assert all(c.usage is None for c in chunks[:-1]) and len({c.id for c in chunks}) == 1
+    [turn] = store.turns.policy_turns(episode_id)
+    assert decode_choice(turn.choice).logprobs.content == plain.choices[0].logprobs.content
+
+
+def test_streamed_tool_calls_reassemble_and_n_choices_each_finish(store: EpisodeStore) -> None:
+    http = TestClient(Gateway(CannedEngine(["ok"], tool_calls=TOOL_CALLS), store).app)
+    stream = client(http, "/v1").chat.completions.create(
+        model="student", messages=[{"role": "user", "content": "go"}], n=2, stream=True
+    )
+    calls: dict[tuple[int, int], dict[str, str]] = {}
+    finished = {}
+    for chunk in stream:
+        assert chunk.usage is None  # not asked for
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or []:
+                got = calls.setdefault((choice.index, call.index), {"id": "", "name": "", "arguments": ""})
+                got["id"] += call.id or ""
+                got["name"] += call.function.name or ""
+                got["arguments"] += call.function.arguments or ""
+            if choice.finish_reason:
+                finished[choice.index] = choice.finish_reason
+    expected = [{"id": c["id"], **{k: c["function"][k] for k in ("name", "arguments")}} for c in TOOL_CALLS]
+    for index in (0, 1):
+        assert [calls[(index, i)] for i in range(2)] == expected
+    assert finished == {0: "tool_calls", 1: "tool_calls"}
+
+
+def test_stream_must_be_a_boolean(store: EpisodeStore) -> None:
+    http = TestClient(Gateway(CannedEngine(), store).app)
+    body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}
+    refused = http.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 400 and "stream must be true or false" in json.dumps(refused.json())
