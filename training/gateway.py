@@ -74,8 +74,8 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     tools = body.get("tools")
     if not isinstance(n, int) or not 1 <= n <= 16:
         raise BadRequest("n must be an integer from 1 to 16")
-    if not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT:
-        raise BadRequest(f"max_tokens must be an integer from 1 to {MAX_TOKENS_LIMIT}")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise BadRequest("max_tokens must be a positive integer")
     if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
         raise BadRequest("temperature must be a number from 0 to 2")
     if seed is not None and not isinstance(seed, int):
@@ -88,7 +88,9 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     return {
         "messages": messages,
         "n": n,
-        "max_tokens": max_tokens,
+        # A bound, not a demand: agents ask for their own model's limit (16k, 32k), which a refusal
+        # would turn into no episode at all; a capped answer says so with finish_reason "length".
+        "max_tokens": min(max_tokens, MAX_TOKENS_LIMIT),
         "temperature": float(temperature),
         "seed": seed,
         "tools": tools,

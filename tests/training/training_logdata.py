@@ -137,6 +137,7 @@ class CannedEngine:
         self.tool_calls = tool_calls
         self.prompt_token_ids = prompt_token_ids or [1, 2, 3]
         self.calls: list[tuple[list[dict[str, Any]], Any]] = []
+        self.max_tokens: list[int] = []
 
     @property
     def checkpoint_step(self) -> int:
@@ -159,6 +160,7 @@ class CannedEngine:
         from training.policy_engines import Completion
 
         self.calls.append((messages, prior))
+        self.max_tokens.append(max_tokens)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces)}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls

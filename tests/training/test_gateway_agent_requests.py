@@ -1,5 +1,6 @@
-"""stream=true through the real OpenAI client: the same completion, framed as chunks, and recorded
-the same way. Agents such as Aider stream by default."""
+"""What coding agents send the policy endpoint: stream=true through the real OpenAI client (the
+same completion framed as chunks, recorded the same way; Aider streams by default), and their own
+model's max_tokens."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from starlette.testclient import TestClient
 from training_logdata import CannedEngine
 
 from training.codec import decode_choice
-from training.gateway import Gateway
+from training.gateway import MAX_TOKENS_LIMIT, Gateway
 from training.store import EpisodeStore
 
 openai = pytest.importorskip("openai")
@@ -75,3 +76,17 @@ def test_stream_must_be_a_boolean(store: EpisodeStore) -> None:
     body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}
     refused = http.post("/v1/chat/completions", json=body)
     assert refused.status_code == 400 and "stream must be true or false" in json.dumps(refused.json())
+
+
+def test_max_tokens_past_the_limit_is_capped_not_refused(store: EpisodeStore) -> None:
+    """Agents send their own model's output limit (16k, 32k); a refusal would lose the episode."""
+    engine = CannedEngine()
+    http = TestClient(Gateway(engine, store).app)
+    oai = client(http, "/v1")
+    oai.chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}], max_tokens=32_000)
+    oai.chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}], max_tokens=7)
+    assert engine.max_tokens == [MAX_TOKENS_LIMIT, 7]
+    for bad in (0, -5, "many", True):
+        body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": bad}
+        refused = http.post("/v1/chat/completions", json=body)
+        assert refused.status_code == 400 and "max_tokens must be a positive integer" in refused.text, bad
