@@ -57,6 +57,22 @@ def _error(status: int, message: str, kind: str = "invalid_request_error", code:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
 
 
+def _text_content(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` with content given as a list of text parts (what newer OpenAI clients send) joined
+    into one string, as vLLM does: the chat template renders a list as its Python repr, which the
+    policy would then be sampled and trained on. Any other part is refused: the model reads text."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for part in content:
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise BadRequest(f"a content part of type {kind!r}: this endpoint serves a text model; send text")
+        texts.append(part["text"])
+    return {**message, "content": "\n".join(texts)}
+
+
 def parse_request(body: Any, alias: str) -> dict[str, Any]:
     """Validate an OpenAI chat request; return the fields the engine takes."""
     if not isinstance(body, dict):
@@ -86,7 +102,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     if not isinstance(stream, bool) or not isinstance(options, dict):
         raise BadRequest("stream must be true or false, stream_options an object")
     return {
-        "messages": messages,
+        "messages": [_text_content(m) for m in messages],
         "n": n,
         # A bound, not a demand: agents ask for their own model's limit (16k, 32k), which a refusal
         # would turn into no episode at all; a capped answer says so with finish_reason "length".

@@ -1,6 +1,6 @@
 """What coding agents send the policy endpoint: stream=true through the real OpenAI client (the
-same completion framed as chunks, recorded the same way; Aider streams by default), and their own
-model's max_tokens."""
+same completion framed as chunks, recorded the same way; Aider streams by default), their own
+model's max_tokens, and content as a list of parts."""
 
 from __future__ import annotations
 
@@ -90,3 +90,22 @@ def test_max_tokens_past_the_limit_is_capped_not_refused(store: EpisodeStore) ->
         body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": bad}
         refused = http.post("/v1/chat/completions", json=body)
         assert refused.status_code == 400 and "max_tokens must be a positive integer" in refused.text, bad
+
+
+def test_content_parts_are_joined_into_the_text_the_model_reads(store: EpisodeStore) -> None:
+    """Newer OpenAI clients send content as a list of parts; the chat template would render the list
+    as its Python repr, and the policy would be sampled and trained on that."""
+    engine = CannedEngine()
+    http = TestClient(Gateway(engine, store).app)
+    episode_id = http.post("/episodes", json={"task": "parts"}).json()["episode_id"]
+    parts = [{"type": "text", "text": "Fix the parser."}, {"type": "text", "text": "It drops the last line."}]
+    client(http, f"/episodes/{episode_id}/v1").chat.completions.create(
+        model="student", messages=[{"role": "user", "content": parts}]
+    )
+    fed = [{"role": "user", "content": "Fix the parser.\nIt drops the last line."}]
+    assert engine.calls[-1][0] == fed
+    assert store.turns.policy_turns(episode_id)[0].request["messages"] == fed  # what ART will rebuild
+    image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    body = {"model": "student", "messages": [{"role": "user", "content": image}]}
+    refused = http.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 400 and "'image_url': this endpoint serves a text model" in refused.text
