@@ -1,7 +1,8 @@
 """Sandbox and pool throughput. Prints one JSON object on stdout.
 
 - per-run cost of a trivial Python program (`pass`) for each backend, end to end as seen by the
-  caller (p50/p99 ms), next to a bare `python3 -c pass` start, and the difference ("overhead"),
+  caller (p50/p99 ms), next to a bare `python3 -c pass` start and one without site (`-I -S`,
+  as the sandbox's interpreter runs), and the differences ("overhead"),
   measured in interleaved rounds after a warm-up so that drift in machine speed hits all alike;
 - HumanEval-164 canonical solutions, runs/s: a plain serial loop over one warm sandbox, a thread
   pool over that same sandbox object, and the pufferlib-vectorized EnvPool (gym send/recv);
@@ -60,11 +61,11 @@ def timed(fn: Callable[[], Any], runs: int) -> list[float]:
     return samples
 
 
-def bare_python_once() -> None:
-    subprocess.run([BASE_PYTHON, "-c", "pass"], check=True)
+def bare_python_once(*flags: str) -> None:
+    subprocess.run([BASE_PYTHON, *flags, "-c", "pass"], check=True)
 
 
-def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, float], dict[str, Any]]:
+def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """Bare `python3 -c pass` and a trivial run in each backend, measured in interleaved rounds so
     that drift in the machine's speed (large on this shared VM) hits every figure alike. Each
     sandbox gets 20 warm-up runs first."""
@@ -86,23 +87,29 @@ def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, float], dict[str
             sb.run(req)
         boxes[name] = sb
     bare_python_once()
-    samples: dict[str, list[float]] = {"bare": [], **{name: [] for name in boxes}}
+    samples: dict[str, list[float]] = {"bare": [], "bare_isolated": [], **{name: [] for name in boxes}}
     try:
         for _ in range(rounds):
             samples["bare"] += timed(bare_python_once, max(4, runs // (4 * rounds)))
+            # Without site: a .pth file of the interpreter (this machine's imports certifi, ~90 ms) is
+            # no part of a start the sandbox makes, whose interpreter runs -I -S as well.
+            without_site = functools.partial(bare_python_once, "-I", "-S")
+            samples["bare_isolated"] += timed(without_site, max(4, runs // (4 * rounds)))
             for name, sb in boxes.items():
                 n = runs if not name.endswith("fresh") else max(20, runs // 5)
                 samples[name] += timed(functools.partial(sb.run, req), max(1, n // rounds))
     finally:
         for sb in boxes.values():
             sb.close()
-    bare = percentiles(samples["bare"])
+    bare, isolated = percentiles(samples["bare"]), percentiles(samples["bare_isolated"])
     for name in boxes:
         stats: dict[str, Any] = percentiles(samples[name])
         stats["runs"] = len(samples[name])
         stats["overhead_vs_bare_p50_ms"] = round(stats["p50_ms"] - bare["p50_ms"], 3)
+        stats["overhead_vs_bare_isolated_p50_ms"] = round(stats["p50_ms"] - isolated["p50_ms"], 3)
         report[name] = stats
-    return bare, {name: report[name] for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker")}
+    bares = {"python3 -c pass": bare, "python3 -I -S -c pass": isolated}
+    return bares, {name: report[name] for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker")}
 
 
 def humaneval_serial(sb: Sandbox, passes: int) -> float:
@@ -187,7 +194,7 @@ def main() -> None:
             "python": sys.version.split()[0],
             "loadavg_1m_at_start": load,
         },
-        "bare_python3_c_pass": bare,
+        "bare_python3": bare,
         "trivial_run": trivial,
     }
     sb = make_sandbox("bwrap")
