@@ -200,9 +200,11 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     anywhere (`*.py`). A malformed pattern is a `QueryError` saying what to fix."""
     try:
         alternatives = [_brace_free_regex(p) for p in expand_braces(rooted_glob(pattern))]
+        return re.compile("(?:" + "|".join(alternatives) + r")\Z")
     except QueryError as exc:
         raise QueryError(f"path_glob {pattern!r}: {exc}") from None
-    return re.compile("(?:" + "|".join(alternatives) + r")\Z")
+    except re.error as exc:  # a class the regex engine refuses, e.g. the range [z-a]
+        raise QueryError(f"path_glob {pattern!r}: {exc.msg}") from None
 
 
 def glob_match(pattern: str, path: str) -> bool:

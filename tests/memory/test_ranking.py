@@ -68,7 +68,11 @@ def test_braces_expand_in_order_and_malformed_globs_say_what_to_fix() -> None:
     expanded = ["src/api/*.py", "src/api/*.ts", "src/core/*.py", "src/core/*.ts"]
     assert expand_braces("src/{api,core}/*.{py,ts}") == expanded
     assert expand_braces("[{]x") == ["[{]x"]  # a brace inside a class is a character
-    for pattern, problem in [("src/{a,b", "'{' is never closed"), ("x[ab", "'[' is never closed")]:
+    for pattern, problem in [
+        ("src/{a,b", "'{' is never closed"),
+        ("x[ab", "'[' is never closed"),
+        ("[z-a].py", "bad character range z-a"),
+    ]:
         with pytest.raises(QueryError, match=re.escape(problem)):
             glob_match(pattern, "x")
     with pytest.raises(QueryError, match=f"over {MAX_GLOB_ALTERNATIVES} patterns"):
