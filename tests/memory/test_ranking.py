@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from memory.errors import QueryError
 from memory.ranking import MAX_GLOB_ALTERNATIVES, expand_braces, glob_match, top_k
@@ -77,3 +79,12 @@ def test_braces_expand_in_order_and_malformed_globs_say_what_to_fix() -> None:
             glob_match(pattern, "x")
     with pytest.raises(QueryError, match=f"over {MAX_GLOB_ALTERNATIVES} patterns"):
         glob_match("{a,b}" * 7, "x")
+
+
+@hypothesis.given(st.text(alphabet="ab/*?[]{},!^-\\.", max_size=24))
+def test_any_glob_is_a_pattern_or_a_query_error(pattern: str) -> None:
+    """Whatever an agent writes: a pattern that matches, or an error it can act on, never a crash."""
+    try:
+        glob_match(pattern, "a/b.ab")
+    except QueryError as exc:
+        assert str(exc).startswith(f"path_glob {pattern!r}: ")
