@@ -152,14 +152,22 @@ def _class_regex(pattern: str, start: int, end: int) -> str:
     negated = body[:1] in ("!", "^")
     if negated:
         body = body[1:]
-    members, i = [], 0
-    while i < len(body):  # `-` stays a range; anything else, escaped or not, is itself
+    chars: list[tuple[str, bool]] = []  # (character, written with a backslash)
+    i = 0
+    while i < len(body):
         escaped = body[i] == "\\" and i + 1 < len(body)
-        c = body[i + escaped]
-        members.append("-" if c == "-" and not escaped else re.escape(c))
+        chars.append((body[i + escaped], escaped))
         i += 1 + escaped
-    chars = "".join(members)
-    return f"[^/{chars}]" if negated else f"(?!/)[{chars}]"
+    members, i = [], 0
+    while i < len(chars):  # an unescaped `-` between two members is a range; anything else is itself
+        if i + 2 < len(chars) and chars[i + 1] == ("-", False):
+            members.append(f"{re.escape(chars[i][0])}-{re.escape(chars[i + 2][0])}")
+            i += 3
+        else:
+            members.append(re.escape(chars[i][0]))
+            i += 1
+    joined = "".join(members)
+    return f"[^/{joined}]" if negated else f"(?!/)[{joined}]"
 
 
 def _brace_free_regex(pattern: str) -> str:
