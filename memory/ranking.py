@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -76,21 +76,24 @@ def _class_end(pattern: str, start: int) -> int:
     return -1
 
 
-def _brace_end(pattern: str, start: int) -> int:
-    """Index of the `}` closing the group opened at `start`, past nested groups and escapes, or -1."""
-    depth, i = 0, start
-    while i < len(pattern):
-        c = pattern[i]
+def _unescaped(text: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, brace depth after it) of each character of `text` that no backslash escapes."""
+    depth, i = 0, 0
+    while i < len(text):
+        c = text[i]
         if c == "\\":
             i += 2
             continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
+        depth += (c == "{") - (c == "}")
+        yield i, c, depth
         i += 1
+
+
+def _brace_end(pattern: str, start: int) -> int:
+    """Index of the `}` closing the group opened at `start`, past nested groups and escapes, or -1."""
+    for i, c, depth in _unescaped(pattern[start:]):
+        if c == "}" and depth == 0:
+            return start + i
     return -1
 
 
@@ -128,20 +131,11 @@ def expand_braces(pattern: str) -> list[str]:
 
 def _split_commas(group: str) -> list[str]:
     """The alternatives of a brace group's inside, split at commas outside nested braces."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(group):
-        c = group[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-        elif c == "," and depth == 0:
+    parts, start = [], 0
+    for i, c, depth in _unescaped(group):
+        if c == "," and depth == 0:
             parts.append(group[start:i])
             start = i + 1
-        i += 1
     return [*parts, group[start:]]
 
 
