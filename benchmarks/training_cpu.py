@@ -115,6 +115,7 @@ class ConstantEngine:
         seed: Any,
         tools: Any,
         prior: PriorTurn | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
         return self.completion
 

@@ -98,6 +98,12 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         raise BadRequest("seed must be an integer")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("tools must be a list")
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (
+        isinstance(stop, list) and len(stop) <= 4 and all(isinstance(x, str) and x for x in stop)
+    ):
+        raise BadRequest("stop must be a string or a list of up to 4 non-empty strings")
     stream, options = body.get("stream", False), body.get("stream_options") or {}
     if not isinstance(stream, bool) or not isinstance(options, dict):
         raise BadRequest("stream must be true or false, stream_options an object")
@@ -110,6 +116,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         "temperature": float(temperature),
         "seed": seed,
         "tools": tools,
+        "stop": stop or None,
         "logprobs": bool(body.get("logprobs", False)),
         "stream": stream,
         "include_usage": stream and bool(options.get("include_usage", False)),

@@ -78,9 +78,12 @@ class PolicyEngine(Protocol):
         seed: int | None,
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
         """`prior`: the episode's previous turn, given only when `messages` continue it
-        (`PriorTurn.continued_by`)."""
+        (`PriorTurn.continued_by`). `stop`: strings that end a completion, left out of its text
+        (OpenAI's `stop`); the tokens that spelled one stay in its token ids and logprobs, since
+        the policy sampled them."""
 
 
 class TransformersEngine:
@@ -155,6 +158,7 @@ class TransformersEngine:
         seed: int | None,
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
         from training.backends.cpu import sample_choices
 
@@ -171,6 +175,7 @@ class TransformersEngine:
                 seed=seed,
                 tools=tools,
                 prompt_ids=prompt_override,
+                stop=stop,
             )
             step = self.checkpoint_step
         return Completion(
@@ -234,6 +239,7 @@ class ProxyEngine:
         seed: int | None,
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
+        stop: list[str] | None = None,
     ) -> Completion:
         body: dict[str, Any] = {
             "model": self.upstream_model,
@@ -248,6 +254,8 @@ class ProxyEngine:
             body["seed"] = seed
         if tools:
             body["tools"] = tools
+        if stop:
+            body["stop"] = stop
         resp = self._http.post(self._url, json=body, headers=self._headers)
         if resp.status_code >= 400:
             raise BadRequest(f"upstream policy server answered {resp.status_code}: {resp.text[:500]}", 502)

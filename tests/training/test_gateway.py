@@ -134,6 +134,29 @@ def test_a_redacted_turn_is_still_continued_token_in_token_out(
     assert not prior.continued_by(redact(follow[:2]))  # nothing after the echoed answer
 
 
+def test_a_stop_string_ends_the_completion_where_it_starts(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
+    """The same seed with a stop string taken from the middle of the free answer: the answer is cut
+    before it, and its tokens (recorded with their logprobs) are the free answer's up to the token
+    that completed the stop string."""
+    gateway, http, _ = setup
+    messages = [{"role": "user", "content": "Write a number."}]
+    free = client_for(http).chat.completions.create(
+        model="student", messages=messages, max_tokens=24, logprobs=True, seed=7
+    )
+    text = free.choices[0].message.content or ""
+    k = next(i for i in range(1, len(text) - 1) if text[i : i + 2].isalpha() and text.find(text[i : i + 2]) == i)
+    episode_id = http.post("/episodes", json={"task": "stop"}).json()["episode_id"]
+    stopped = client_for(http, episode_id).chat.completions.create(
+        model="student", messages=messages, max_tokens=24, logprobs=True, seed=7, stop=[text[k : k + 2], "never-seen"]
+    )
+    assert stopped.choices[0].message.content == text[:k] and stopped.choices[0].finish_reason == "stop"
+    ids = [t.token for t in stopped.choices[0].logprobs.content]
+    free_ids = [t.token for t in free.choices[0].logprobs.content]
+    assert 0 < len(ids) < len(free_ids) and free_ids[: len(ids)] == ids
+    [turn] = gateway.store.turns.policy_turns(episode_id)
+    assert [f"token_id:{t}" for t in turn.completion_token_ids or []] == ids
+
+
 def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     gateway, http, _ = setup
     body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}

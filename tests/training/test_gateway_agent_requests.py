@@ -1,6 +1,6 @@
 """What coding agents send the policy endpoint: stream=true through the real OpenAI client (the
 same completion framed as chunks, recorded the same way; Aider streams by default), their own
-model's max_tokens, and content as a list of parts."""
+model's max_tokens, stop strings, and content as a list of parts."""
 
 from __future__ import annotations
 
@@ -109,3 +109,16 @@ def test_content_parts_are_joined_into_the_text_the_model_reads(store: EpisodeSt
     body = {"model": "student", "messages": [{"role": "user", "content": image}]}
     refused = http.post("/v1/chat/completions", json=body)
     assert refused.status_code == 400 and "'image_url': this endpoint serves a text model" in refused.text
+
+
+def test_stop_is_passed_as_a_list_and_checked(store: EpisodeStore) -> None:
+    engine = CannedEngine()
+    http = TestClient(Gateway(engine, store).app)
+    oai = client(http, "/v1")
+    for stop, passed in (("\nObservation:", ["\nObservation:"]), (["a", "b"], ["a", "b"]), (None, None), ([], None)):
+        oai.chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}], stop=stop)
+        assert engine.stops[-1] == passed, stop
+    for bad in (["a", ""], ["1", "2", "3", "4", "5"], 7, [3]):
+        body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "stop": bad}
+        refused = http.post("/v1/chat/completions", json=body)
+        assert refused.status_code == 400 and "stop must be a string or a list" in refused.text, bad

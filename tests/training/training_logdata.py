@@ -138,6 +138,7 @@ class CannedEngine:
         self.prompt_token_ids = prompt_token_ids or [1, 2, 3]
         self.calls: list[tuple[list[dict[str, Any]], Any]] = []
         self.max_tokens: list[int] = []
+        self.stops: list[list[str] | None] = []
 
     @property
     def checkpoint_step(self) -> int:
@@ -156,11 +157,13 @@ class CannedEngine:
         seed: int | None,
         tools: list[dict[str, Any]] | None,
         prior: Any = None,
+        stop: list[str] | None = None,
     ) -> Any:
         from training.policy_engines import Completion
 
         self.calls.append((messages, prior))
         self.max_tokens.append(max_tokens)
+        self.stops.append(stop)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces)}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls

@@ -101,11 +101,13 @@ def sample_choices(
     seed: int | None = None,
     tools: list[dict[str, Any]] | None = None,
     prompt_ids: list[int] | None = None,
+    stop: list[str] | None = None,
 ) -> tuple[list[Choice], list[int]]:
     """`n` sampled completions with the exact logprob of each sampled token; also the prompt ids.
 
     `prompt_ids` overrides the chat template's tokenization (a continued conversation whose earlier
-    turns must keep their sampled tokens)."""
+    turns must keep their sampled tokens). `stop`: a completion ends once its text holds one of
+    these; its content is the text before it, its token ids end with the token that completed it."""
     if temperature < 0:
         raise ValueError("temperature must be >= 0 (0 is greedy decoding)")
     if prompt_ids is None:
@@ -135,7 +137,7 @@ def sample_choices(
                     tid = int(nxt[i])
                     sampled[i].append(tid)
                     lps[i].append(float(logp[i, tid]))
-                    done[i] = tid == eos
+                    done[i] = tid == eos or (stop is not None and _stop_at(tokenizer, sampled[i], stop) is not None)
             if all(done):
                 break
             out = model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
@@ -147,6 +149,9 @@ def sample_choices(
         finished = bool(toks) and toks[-1] == eos
         text_ids = toks[:-1] if finished else toks
         content = tokenizer.decode(text_ids, skip_special_tokens=False)
+        cut = _stop_at(tokenizer, text_ids, stop) if stop else None
+        if cut is not None:
+            content, finished = content[:cut], True
         logprobs = [
             ChatCompletionTokenLogprob(
                 token=f"token_id:{tid}",
@@ -165,6 +170,20 @@ def sample_choices(
             )
         )
     return choices, prompt_ids
+
+
+def _stop_at(tokenizer: Any, ids: list[int], stop: list[str]) -> int | None:
+    """Where in the text of `ids` the first stop string starts, or None. Checked after each sampled
+    token, so only the text a stop string could end in is decoded: as many tokens as its length."""
+    if not stop:
+        return None
+    window = max(len(s) for s in stop) + 1
+    tail = tokenizer.decode(ids[-window:], skip_special_tokens=False)
+    if not any(s in tail for s in stop):
+        return None
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    found = [text.find(s) for s in stop if s in text]
+    return min(found) if found else None
 
 
 def sft_example(
