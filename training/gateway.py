@@ -98,15 +98,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         raise BadRequest("seed must be an integer")
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("tools must be a list")
-    stop = body.get("stop")
-    stop = [stop] if isinstance(stop, str) else stop
-    if stop is not None and not (
-        isinstance(stop, list) and len(stop) <= 4 and all(isinstance(x, str) and x for x in stop)
-    ):
-        raise BadRequest("stop must be a string or a list of up to 4 non-empty strings")
-    stream, options = body.get("stream", False), body.get("stream_options") or {}
-    if not isinstance(stream, bool) or not isinstance(options, dict):
-        raise BadRequest("stream must be true or false, stream_options an object")
+    stream, include_usage = _streaming(body)
     return {
         "messages": [_text_content(m) for m in messages],
         "n": n,
@@ -116,11 +108,29 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         "temperature": float(temperature),
         "seed": seed,
         "tools": tools,
-        "stop": stop or None,
+        "stop": _stop_strings(body.get("stop")),
         "logprobs": bool(body.get("logprobs", False)),
         "stream": stream,
-        "include_usage": stream and bool(options.get("include_usage", False)),
+        "include_usage": include_usage,
     }
+
+
+def _stop_strings(stop: Any) -> list[str] | None:
+    """OpenAI's `stop`: a string or up to 4 of them."""
+    stop = [stop] if isinstance(stop, str) else stop
+    if stop is not None and not (
+        isinstance(stop, list) and len(stop) <= 4 and all(isinstance(x, str) and x for x in stop)
+    ):
+        raise BadRequest("stop must be a string or a list of up to 4 non-empty strings")
+    return stop or None
+
+
+def _streaming(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(stream, include the usage chunk) of a request."""
+    stream, options = body.get("stream", False), body.get("stream_options") or {}
+    if not isinstance(stream, bool) or not isinstance(options, dict):
+        raise BadRequest("stream must be true or false, stream_options an object")
+    return stream, stream and bool(options.get("include_usage", False))
 
 
 def completion_response(alias: str, completion: Completion, want_logprobs: bool) -> dict[str, Any]:
