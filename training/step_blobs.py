@@ -10,7 +10,7 @@ and its path in `refs`; the step row keeps the refs, the text goes into `blobs` 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,16 +50,11 @@ def _take(value: Any, path: Path, out: SplitArguments) -> Any:
     return value
 
 
-class MissingBlob(KeyError):
-    """A ref names a text the `blobs` table does not hold."""
-
-
-def join(arguments: Any, refs: list[tuple[Path, str]], blobs: Mapping[str, str]) -> Any:
-    """`arguments` as they were before `split`, given `split`'s refs and the texts they name.
-    Changes `arguments` in place (a value freshly decoded from its row) and returns it."""
+def join(arguments: Any, refs: Iterable[Sequence[Any]], blobs: Mapping[str, str]) -> Any:
+    """`arguments` as they were before `split`, given `split`'s refs (as pairs or, read back from
+    JSON, two-item lists) and the texts they name; a `KeyError` when a text is missing. Changes
+    `arguments` in place (a value freshly decoded from its row) and returns it."""
     for path, digest in refs:
-        if digest not in blobs:
-            raise MissingBlob(digest)
         if not path:
             return blobs[digest]
         container = arguments

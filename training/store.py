@@ -55,7 +55,7 @@ def _arguments(episode_id: str, step_id: int, stored: Any, refs: Any, blobs: dic
     if refs is None:
         return stored  # type: ignore[no-any-return]
     try:
-        return step_blobs.join(stored, [(path, digest) for path, digest in refs], blobs)  # type: ignore[no-any-return]
+        return step_blobs.join(stored, refs, blobs)  # type: ignore[no-any-return]
     except (LookupError, TypeError) as exc:  # a missing blob, or refs that do not fit the arguments
         raise StoreError(
             f"step {step_id} of episode {episode_id} refers to a text the log does not hold ({exc}):"
