@@ -137,7 +137,7 @@ def sample_choices(
                     tid = int(nxt[i])
                     sampled[i].append(tid)
                     lps[i].append(float(logp[i, tid]))
-                    done[i] = tid == eos or (stop is not None and _stop_at(tokenizer, sampled[i], stop) is not None)
+                    done[i] = tid == eos or _stop_at(tokenizer, sampled[i], stop) is not None
             if all(done):
                 break
             out = model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
@@ -149,7 +149,7 @@ def sample_choices(
         finished = bool(toks) and toks[-1] == eos
         text_ids = toks[:-1] if finished else toks
         content = tokenizer.decode(text_ids, skip_special_tokens=False)
-        cut = _stop_at(tokenizer, text_ids, stop) if stop else None
+        cut = _stop_at(tokenizer, text_ids, stop)
         if cut is not None:
             content, finished = content[:cut], True
         logprobs = [
@@ -172,7 +172,7 @@ def sample_choices(
     return choices, prompt_ids
 
 
-def _stop_at(tokenizer: Any, ids: list[int], stop: list[str]) -> int | None:
+def _stop_at(tokenizer: Any, ids: list[int], stop: list[str] | None) -> int | None:
     """Where in the text of `ids` the first stop string starts, or None. Checked after each sampled
     token, so only the text a stop string could end in is decoded: as many tokens as its length."""
     if not stop:
