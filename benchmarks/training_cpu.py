@@ -116,6 +116,8 @@ class ConstantEngine:
         tools: Any,
         prior: PriorTurn | None = None,
         stop: list[str] | None = None,
+        top_p: float = 1.0,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
         return self.completion
 

@@ -47,6 +47,19 @@ from training.run_records import TurnContext
 from training.store import EpisodeStore
 
 MAX_TOKENS_LIMIT = 4096
+FORWARDED_OPTIONS = (
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
+"""OpenAI (and vLLM) request options an engine that forwards to a server passes on as sent, for that
+server to honor or refuse; an engine that samples itself (the cpu one) ignores them."""
 LAST_TURNS_KEPT = 256
 """Episodes whose last turn the gateway remembers. Each entry holds that turn's whole conversation
 twice (as sent and redacted) and its prompt ids, up to a few MB for a long agent session."""
@@ -86,6 +99,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     n = body.get("n", 1)
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 256))
     temperature = body.get("temperature", 1.0)
+    top_p = body.get("top_p", 1.0)
     seed = body.get("seed")
     tools = body.get("tools")
     if not isinstance(n, int) or not 1 <= n <= 16:
@@ -94,6 +108,8 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         raise BadRequest("max_tokens must be a positive integer")
     if not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
         raise BadRequest("temperature must be a number from 0 to 2")
+    if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
+        raise BadRequest("top_p must be a number above 0 and at most 1")
     if seed is not None and not isinstance(seed, int):
         raise BadRequest("seed must be an integer")
     if tools is not None and not isinstance(tools, list):
@@ -106,9 +122,11 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         # would turn into no episode at all; a capped answer says so with finish_reason "length".
         "max_tokens": min(max_tokens, MAX_TOKENS_LIMIT),
         "temperature": float(temperature),
+        "top_p": float(top_p),
         "seed": seed,
         "tools": tools,
         "stop": _stop_strings(body.get("stop")),
+        "options": {k: body[k] for k in FORWARDED_OPTIONS if k in body},
         "logprobs": bool(body.get("logprobs", False)),
         "stream": stream,
         "include_usage": include_usage,
@@ -317,7 +335,7 @@ class Gateway:
             {
                 "messages": args["messages"],
                 "tools": args["tools"],
-                "params": {k: args[k] for k in ("max_tokens", "temperature", "seed")},
+                "params": {k: args[k] for k in ("max_tokens", "temperature", "top_p", "seed")},
             },
             after=context,
         )

@@ -79,11 +79,14 @@ class PolicyEngine(Protocol):
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
         stop: list[str] | None = None,
+        top_p: float = 1.0,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
         """`prior`: the episode's previous turn, given only when `messages` continue it
         (`PriorTurn.continued_by`). `stop`: strings that end a completion, left out of its text
         (OpenAI's `stop`); the tokens that spelled one stay in its token ids and logprobs, since
-        the policy sampled them."""
+        the policy sampled them. `top_p`: nucleus sampling. `options`: the request's other
+        options (`gateway.FORWARDED_OPTIONS`), for an engine that forwards to a server."""
 
 
 class TransformersEngine:
@@ -159,24 +162,30 @@ class TransformersEngine:
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
         stop: list[str] | None = None,
+        top_p: float = 1.0,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
-        from training.backends.cpu import sample_choices
+        from training.backends.cpu import ContextTooLong, sample_choices
 
         with self._lock:
             self._maybe_reload()
             prompt_override = self.continued_prompt_ids(messages, tools, prior) if prior is not None else None
-            choices, prompt_ids = sample_choices(
-                self._model,
-                self._tokenizer,
-                messages,
-                n=n,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=seed,
-                tools=tools,
-                prompt_ids=prompt_override,
-                stop=stop,
-            )
+            try:
+                choices, prompt_ids = sample_choices(
+                    self._model,
+                    self._tokenizer,
+                    messages,
+                    n=n,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    seed=seed,
+                    tools=tools,
+                    prompt_ids=prompt_override,
+                    stop=stop,
+                    top_p=top_p,
+                )
+            except ContextTooLong as exc:
+                raise BadRequest(str(exc), 400, "context_length_exceeded") from exc
             step = self.checkpoint_step
         return Completion(
             choices=[c.model_dump(mode="json") for c in choices],
@@ -240,6 +249,8 @@ class ProxyEngine:
         tools: list[dict[str, Any]] | None,
         prior: PriorTurn | None = None,
         stop: list[str] | None = None,
+        top_p: float = 1.0,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
         body: dict[str, Any] = {
             "model": self.upstream_model,
@@ -256,9 +267,12 @@ class ProxyEngine:
             body["tools"] = tools
         if stop:
             body["stop"] = stop
+        if top_p != 1.0:
+            body["top_p"] = top_p
+        body.update(options or {})
         resp = self._http.post(self._url, json=body, headers=self._headers)
         if resp.status_code >= 400:
-            raise BadRequest(f"upstream policy server answered {resp.status_code}: {resp.text[:500]}", 502)
+            raise _upstream_refusal(resp)
         data = resp.json()
         fingerprint = str(data.get("system_fingerprint") or "")
         if "@" in fingerprint and fingerprint.rsplit("@", 1)[1].isdigit():
@@ -273,6 +287,20 @@ class ProxyEngine:
             for c in choices
         ]
         return Completion(choices=choices, prompt_token_ids=[], completion_token_ids=ids, checkpoint_step=self._step)
+
+
+def _upstream_refusal(resp: Any) -> BadRequest:
+    """The error a client gets for an upstream error answer. A request the upstream finds invalid
+    (a prompt past its context, an option it does not take) is the client's to fix, so it keeps its
+    400 and its OpenAI error code (agents shorten their history on `context_length_exceeded`);
+    anything else (the upstream's auth, its crash) is a 502."""
+    status = 400 if resp.status_code in (400, 422) else 502
+    try:
+        code = resp.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    message = f"upstream policy server answered {resp.status_code}: {resp.text[:500]}"
+    return BadRequest(message, status, code if isinstance(code, str) else None)
 
 
 def _token_ids(choice: Any) -> list[int]:

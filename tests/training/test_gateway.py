@@ -157,6 +157,81 @@ def test_a_stop_string_ends_the_completion_where_it_starts(setup: tuple[Gateway,
     assert [f"token_id:{t}" for t in turn.completion_token_ids or []] == ids
 
 
+def test_a_small_top_p_samples_the_most_likely_tokens(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
+    """Nucleus sampling with a nucleus of one token is greedy decoding, whatever the seed; the
+    logprobs stay the tokens' under the whole distribution (what the trainer recomputes)."""
+    _, http, _ = setup
+    oai, messages = client_for(http), [{"role": "user", "content": "Write a number."}]
+
+    def answer(**options: object) -> tuple[list[str], list[float]]:
+        resp = oai.chat.completions.create(model="student", messages=messages, max_tokens=12, logprobs=True, **options)
+        content = resp.choices[0].logprobs.content
+        return [t.token for t in content], [t.logprob for t in content]
+
+    greedy_tokens, greedy_logprobs = answer(temperature=0)
+    free = [answer(seed=seed)[0] for seed in (1, 2)]
+    assert free[0] != free[1]  # sampling at top_p=1 does depend on the seed
+    for seed in (1, 2):
+        tokens, logprobs = answer(seed=seed, top_p=1e-6)
+        assert tokens == greedy_tokens
+        assert logprobs == pytest.approx(greedy_logprobs, abs=1e-5)
+
+
+def test_a_prompt_past_the_models_context_is_refused_and_an_answer_stops_at_it(
+    setup: tuple[Gateway, TestClient, BackendConfig],
+) -> None:
+    """Past its positions the model would still compute, on positions it never trained on. Through a
+    proxy the upstream's refusal reaches the client as the same 400 (agents shorten their history on
+    it), not as a 502 they would retry."""
+    from training.policy_engines import ProxyEngine
+
+    gateway, http, _ = setup
+    context = gateway.engine._model.config.max_position_embeddings  # type: ignore[attr-defined]
+    proxy = TestClient(Gateway(ProxyEngine("http://testserver/v1", "student", http_client=http), gateway.store).app)
+    for server in (http, proxy):
+        with pytest.raises(openai.BadRequestError, match="maximum context length is 1024 tokens") as refused:
+            client_for(server).chat.completions.create(
+                model="student", messages=[{"role": "user", "content": "word " * context}], max_tokens=4
+            )
+        assert refused.value.code == "context_length_exceeded"
+    near = [{"role": "user", "content": "w" * (context - 40)}]
+    resp = client_for(http).chat.completions.create(model="student", messages=near, max_tokens=500, temperature=0)
+    assert resp.usage.total_tokens == context and resp.choices[0].finish_reason == "length"
+
+
+def test_a_proxy_forwards_sampling_options_to_its_upstream(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
+    """What the agent asked for (top_p, tool_choice, response_format, vLLM's top_k) reaches the server
+    behind the proxy, which honors what it can: here top_p, so a one-token nucleus is greedy."""
+    from training.policy_engines import ProxyEngine
+
+    gateway, _, _ = setup
+    upstream = TestClient(gateway.app)
+    forwarded: list[dict[str, object]] = []
+    upstream.event_hooks["request"].append(lambda request: forwarded.append(json.loads(request.content)))
+    proxy = TestClient(Gateway(ProxyEngine("http://testserver/v1", "student", http_client=upstream), gateway.store).app)
+    messages = [{"role": "user", "content": "Write a number."}]
+    greedy = client_for(proxy).chat.completions.create(model="student", messages=messages, max_tokens=8, temperature=0)
+    nucleus = client_for(proxy).chat.completions.create(
+        model="student",
+        messages=messages,
+        max_tokens=8,
+        seed=5,
+        top_p=1e-6,
+        tool_choice="none",
+        response_format={"type": "text"},
+        extra_body={"top_k": 3},
+    )
+    assert nucleus.choices[0].message.content == greedy.choices[0].message.content
+    sent = forwarded[-1]
+    assert sent["top_p"] == 1e-6 and sent["tool_choice"] == "none" and sent["top_k"] == 3
+    assert sent["response_format"] == {"type": "text"} and "top_p" not in forwarded[0]
+    # An upstream refusing for its own reasons (here: it serves no such model) is the proxy's fault.
+    engine = ProxyEngine("http://testserver/v1", "student", upstream_model="gpt-9", http_client=upstream)
+    misconfigured = TestClient(Gateway(engine, gateway.store).app)
+    with pytest.raises(openai.InternalServerError, match="upstream policy server answered 404"):
+        client_for(misconfigured).chat.completions.create(model="student", messages=messages, max_tokens=2)
+
+
 def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     gateway, http, _ = setup
     body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}

@@ -122,3 +122,35 @@ def test_stop_is_passed_as_a_list_and_checked(store: EpisodeStore) -> None:
         body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "stop": bad}
         refused = http.post("/v1/chat/completions", json=body)
         assert refused.status_code == 400 and "stop must be a string or a list" in refused.text, bad
+
+
+def test_top_p_and_other_options_reach_the_engine_and_the_log(store: EpisodeStore) -> None:
+    """top_p is the engine's to honor; options such as tool_choice go to the engine as sent (a proxy
+    passes them to vLLM); the recorded turn says which top_p it was sampled with."""
+    engine = CannedEngine()
+    http = TestClient(Gateway(engine, store).app)
+    episode_id = http.post("/episodes", json={"task": "options"}).json()["episode_id"]
+    fmt = {"type": "json_object"}
+    client(http, f"/episodes/{episode_id}/v1").chat.completions.create(
+        model="student",
+        messages=[{"role": "user", "content": "x"}],
+        top_p=0.5,
+        tool_choice="none",
+        response_format=fmt,
+        presence_penalty=0.25,
+        extra_body={"top_k": 20, "unknown_option": 1},
+    )
+    assert engine.options[-1] == {
+        "top_p": 0.5,
+        "tool_choice": "none",
+        "response_format": fmt,
+        "presence_penalty": 0.25,
+        "top_k": 20,
+    }
+    assert store.turns.policy_turns(episode_id)[0].request["params"]["top_p"] == 0.5
+    client(http, "/v1").chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}])
+    assert engine.options[-1] == {"top_p": 1.0}
+    for bad in (0, 1.5, -0.1, "half", True):
+        body = {"model": "student", "messages": [{"role": "user", "content": "x"}], "top_p": bad}
+        refused = http.post("/v1/chat/completions", json=body)
+        assert refused.status_code == 400 and "top_p must be a number above 0 and at most 1" in refused.text, bad

@@ -139,6 +139,7 @@ class CannedEngine:
         self.calls: list[tuple[list[dict[str, Any]], Any]] = []
         self.max_tokens: list[int] = []
         self.stops: list[list[str] | None] = []
+        self.options: list[dict[str, Any]] = []  # top_p and the forwarded options of each call
 
     @property
     def checkpoint_step(self) -> int:
@@ -158,12 +159,15 @@ class CannedEngine:
         tools: list[dict[str, Any]] | None,
         prior: Any = None,
         stop: list[str] | None = None,
+        top_p: float = 1.0,
+        options: dict[str, Any] | None = None,
     ) -> Any:
         from training.policy_engines import Completion
 
         self.calls.append((messages, prior))
         self.max_tokens.append(max_tokens)
         self.stops.append(stop)
+        self.options.append({"top_p": top_p, **(options or {})})
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces)}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls

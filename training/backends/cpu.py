@@ -90,6 +90,12 @@ def load_policy(base_dir: Path, adapter_dir: Path | None, *, trainable: bool, lo
     return model, tokenizer
 
 
+class ContextTooLong(ValueError):
+    """A prompt that leaves the model no room to answer. Its message says "maximum context length",
+    as OpenAI's and vLLM's do: agents (litellm's ContextWindowExceededError) match on that and
+    shorten their history instead of retrying."""
+
+
 def sample_choices(
     model: Any,
     tokenizer: Any,
@@ -102,12 +108,20 @@ def sample_choices(
     tools: list[dict[str, Any]] | None = None,
     prompt_ids: list[int] | None = None,
     stop: list[str] | None = None,
+    top_p: float = 1.0,
 ) -> tuple[list[Choice], list[int]]:
     """`n` sampled completions with the exact logprob of each sampled token; also the prompt ids.
 
     `prompt_ids` overrides the chat template's tokenization (a continued conversation whose earlier
     turns must keep their sampled tokens). `stop`: a completion ends once its text holds one of
-    these; its content is the text before it, its token ids end with the token that completed it."""
+    these; its content is the text before it, its token ids end with the token that completed it.
+    `top_p` < 1 draws each token from the smallest set of most likely tokens holding that much
+    probability; the logprob recorded is still the token's under the whole distribution, which is
+    what a trainer recomputes from the model (it cannot see the nucleus cut).
+
+    A completion stops where the model's context ends: `max_tokens` is capped to the room left,
+    and a prompt that leaves none raises `ContextTooLong`. Past its positions the model would
+    still compute, on positions it was never trained on, a turn too long to train on."""
     if temperature < 0:
         raise ValueError("temperature must be >= 0 (0 is greedy decoding)")
     if prompt_ids is None:
@@ -115,6 +129,13 @@ def sample_choices(
             messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
         )
         prompt_ids = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+    context = model.config.max_position_embeddings
+    if len(prompt_ids) >= context:
+        raise ContextTooLong(
+            f"This model's maximum context length is {context} tokens; the messages resulted in"
+            f" {len(prompt_ids)} tokens. Shorten the conversation."
+        )
+    max_tokens = min(max_tokens, context - len(prompt_ids))
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     eos = tokenizer.eos_token_id
     with torch.no_grad():
@@ -131,7 +152,8 @@ def sample_choices(
                 nxt = logp.argmax(dim=-1)
             else:
                 logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-                nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+                probs = _nucleus(logp.exp(), top_p) if top_p < 1 else logp.exp()
+                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
             for i in range(n):
                 if not done[i]:
                     tid = int(nxt[i])
@@ -170,6 +192,14 @@ def sample_choices(
             )
         )
     return choices, prompt_ids
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` (one row per sequence) with every token outside the nucleus zeroed: the most likely
+    tokens, in order, until the ones before reach `top_p` (so the most likely is always kept)."""
+    ordered, order = probs.sort(dim=-1, descending=True)
+    outside = ordered.cumsum(dim=-1) - ordered >= top_p
+    return probs.scatter(-1, order, ordered.masked_fill(outside, 0.0))
 
 
 def _stop_at(tokenizer: Any, ids: list[int], stop: list[str] | None) -> int | None:
