@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from training.backends.base import BackendConfig, checkpoint_steps
+from training.backends.base import BackendConfig, ContextTooLong, checkpoint_steps
 
 
 class BadRequest(Exception):
@@ -165,7 +165,7 @@ class TransformersEngine:
         top_p: float = 1.0,
         options: dict[str, Any] | None = None,
     ) -> Completion:
-        from training.backends.cpu import ContextTooLong, sample_choices
+        from training.backends.cpu import sample_choices
 
         with self._lock:
             self._maybe_reload()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from training.backends.base import TrainingBackend
+from training.backends.base import ContextTooLong, TrainingBackend
 from training.codec import encode_choice
 from training.groups import Group, Trajectory
 from training.scenarios import ProgramRunner, Scenario, VerifierUnavailable, WorkspaceRunner, check_verifier, verify
@@ -101,8 +101,9 @@ def rollout_groups(
     workspace_runner: WorkspaceRunner | None = None,
 ) -> Rollouts:
     """One group per scenario picked for (seed, step, attempt). A scenario whose verifier cannot run
-    (`VerifierUnavailable`: no runner for it, repository or commit gone) is left out of the groups
-    and listed in `Rollouts.unavailable` with the reason; the other scenarios go on."""
+    (`VerifierUnavailable`: no runner for it, repository or commit gone) or whose prompt does not fit
+    the policy's context (`ContextTooLong`) is left out of the groups and listed in
+    `Rollouts.unavailable` with the reason; the other scenarios go on."""
     picked = pick_scenarios(scenarios, groups, seed=seed + attempt * 7_919, step=step)
     out = Rollouts()
     for i, s in enumerate(picked):
@@ -122,7 +123,7 @@ def rollout_groups(
                     workspace_runner=workspace_runner,
                 )
             )
-        except VerifierUnavailable as exc:
+        except (VerifierUnavailable, ContextTooLong) as exc:
             out.unavailable[s.id] = str(exc)
             log.warning("scenario_unavailable", run=run, step=step, scenario=s.id, reason=str(exc))
     return out

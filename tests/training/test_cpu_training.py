@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -20,7 +21,9 @@ pytest.importorskip("peft")
 from training.backends.base import BackendConfig, checkpoint_steps, make_backend  # noqa: E402
 from training.codec import encode_choice  # noqa: E402
 from training.groups import Group, Trajectory  # noqa: E402
+from training.rollout import rollout_groups  # noqa: E402
 from training.run_records import RunState  # noqa: E402
+from training.scenarios import toy_scenarios  # noqa: E402
 from training.status import read_status  # noqa: E402
 from training.store import EpisodeStore  # noqa: E402
 from training.toy import toy_tasks  # noqa: E402
@@ -54,6 +57,13 @@ def test_one_real_grpo_step_in_art_layout(tmp_path: Path) -> None:
     assert changed, "the optimizer step changed no trainable parameter"
     ckpt = tmp_path / "art" / "rlide" / "models" / "student" / "checkpoints" / "0001"
     assert (ckpt / "adapter_model.safetensors").exists() and (ckpt / "adapter_config.json").exists()
+    # A scenario whose prompt leaves the policy no room to answer is set aside; the others go on.
+    toy = toy_scenarios()[0]
+    too_long = dataclasses.replace(toy, id="too-long", messages=({"role": "user", "content": "word " * 1100},))
+    rollouts = rollout_groups(backend, [toy, too_long], run="r", step=1, groups=2, group_size=2, max_tokens=4)
+    assert [g.metadata["scenario"] for g in rollouts.groups] == [toy.id]
+    assert list(rollouts.unavailable) == ["too-long"]
+    assert "maximum context length is 1024 tokens" in rollouts.unavailable["too-long"]
     backend.close()
 
 

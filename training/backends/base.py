@@ -40,6 +40,13 @@ class NoTrainableData(BackendError):
     Retrying the same batch cannot help: the worker sets it aside instead of backing off."""
 
 
+class ContextTooLong(ValueError):
+    """A prompt that leaves the policy no room to answer. Not a backend failure: the policy endpoint
+    refuses it (400 `context_length_exceeded`; the message says "maximum context length", as
+    OpenAI's and vLLM's do, which agents read as "shorten the history") and self-play sets its
+    scenario aside."""
+
+
 @dataclass
 class BackendConfig:
     """What every backend needs. Field docs double as the `rlide.toml` [training] reference."""

@@ -31,6 +31,7 @@ from training.backends.base import (  # noqa: E402
     BackendConfig,
     BackendError,
     BackendUnavailable,
+    ContextTooLong,
     NoTrainableData,
     TrainResult,
     checkpoint_steps,
@@ -88,12 +89,6 @@ def load_policy(base_dir: Path, adapter_dir: Path | None, *, trainable: bool, lo
         model = get_peft_model(base, lora)
     model.eval()
     return model, tokenizer
-
-
-class ContextTooLong(ValueError):
-    """A prompt that leaves the model no room to answer. Its message says "maximum context length",
-    as OpenAI's and vLLM's do: agents (litellm's ContextWindowExceededError) match on that and
-    shorten their history instead of retrying."""
 
 
 def sample_choices(
