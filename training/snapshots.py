@@ -1,4 +1,5 @@
-"""Workspace snapshots for test-command scenarios: the files of a git commit, ready for the sandbox.
+"""Workspace snapshots for the sandbox: the files of a git commit (test-command scenarios), or of a
+working tree as it is on disk (`run_tests` on the served workspace).
 
 A scenario taken from an episode in a real repository names a commit (`workspace_ref`) of the
 episode's workspace (`workspace`). `GitSnapshots.files(repo, ref)` resolves the ref to a commit and
@@ -10,9 +11,14 @@ Limits, checked before the archive is read (from `git ls-tree`) and again while 
 (not UTF-8) and symlinks cannot travel as text files: they are left out and listed in
 `Snapshot.skipped`. `export-ignore`/`export-subst` attributes apply, as for any `git archive`.
 Submodules are not included. Every failure (no git, no repository, no such ref, too large) is a
-`VerifierUnavailable` whose message says which.
+`SnapshotUnavailable` (a `VerifierUnavailable`) whose message says which.
 
 Resolved snapshots are cached per (repository, commit id): a commit's tree never changes.
+
+`GitSnapshots.working_tree(repo)` reads what a test run of the working tree needs: the tracked and
+untracked files that are not ignored (`git ls-files --cached --others --exclude-standard`), as they
+are on disk, uncommitted edits included, under the same limits and with the same files left out;
+its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -33,19 +40,30 @@ from training.scenarios import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
 """Half a sandbox request: the rest is left for the patch and the test command."""
+_RECORD_FILES = "record the files the tests need with the episode instead"
 _TAR_OVERHEAD = 2048
 """Upper bound of tar bytes per entry besides its content: a header block, a pax header and its
 data, padding. Directories are entries too, hence twice `max_files` entries in the read cap."""
 
 
+class SnapshotUnavailable(VerifierUnavailable):
+    """The files cannot be read for the sandbox (no git, no repository, no such ref, too large);
+    the message says which."""
+
+
+class NotAWorkingTree(SnapshotUnavailable):
+    """The directory is not inside a git working tree: there is no telling which of its files a
+    test run needs (it could be a home directory)."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     commit: str
-    """The full commit id the ref resolved to."""
+    """The full commit id the ref resolved to; for a working tree, HEAD's ("" before a first commit)."""
     files: dict[str, str]
     """Relative path -> text content of every regular UTF-8 file of the commit."""
     skipped: tuple[str, ...] = ()
-    """Paths left out: binary files and symlinks."""
+    """Paths left out: binary files, symlinks (and, in a working tree, submodules)."""
 
 
 class GitSnapshots:
@@ -71,13 +89,8 @@ class GitSnapshots:
     def files(self, repo: str | Path, ref: str) -> Snapshot:
         """The files of `ref` (a commit id, branch or tag) in the git repository at `repo`."""
         if not isinstance(ref, str) or not ref or ref.startswith("-") or any(c.isspace() or c == "\0" for c in ref):
-            raise VerifierUnavailable(f"{ref!r} is not a git ref: expected a commit id, branch or tag")
-        root = Path(repo).expanduser()
-        if not root.is_dir():
-            raise VerifierUnavailable(f"the workspace repository {str(root)!r} does not exist on this machine")
-        root = root.resolve()
-        if shutil.which("git") is None:
-            raise VerifierUnavailable("re-checking a git snapshot needs git: apt-get install git")
+            raise SnapshotUnavailable(f"{ref!r} is not a git ref: expected a commit id, branch or tag")
+        root = self._repository(repo)
         commit = self._resolve(root, ref)
         key = (str(root), commit)
         with self._lock:
@@ -92,7 +105,63 @@ class GitSnapshots:
                 self._cache.popitem(last=False)
         return snapshot
 
+    def working_tree(self, repo: str | Path) -> Snapshot:
+        """The tracked and untracked, not ignored, files of the git working tree at `repo` as they are
+        on disk; `commit` is HEAD's id. Never cached: the tree changes under us."""
+        root = self._repository(repo)
+        listed = self._git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        if listed.returncode != 0:
+            raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(listed)}")
+        entries: list[tuple[str, int]] = []
+        skipped: list[str] = []
+        for name in dict.fromkeys(listed.stdout.split(b"\0")):  # --cached lists a conflicted file thrice
+            if not name:
+                continue
+            try:
+                rel, st = name.decode("utf-8"), (root / os.fsdecode(name)).lstat()
+            except UnicodeDecodeError:  # a name no JSON request can carry
+                skipped.append(os.fsdecode(name))
+                continue
+            except FileNotFoundError:  # deleted from the tree, not yet from the index
+                continue
+            if stat.S_ISREG(st.st_mode):
+                entries.append((rel, st.st_size))
+            else:  # a symlink (may point anywhere on the host), a submodule's directory
+                skipped.append(rel)
+        what = f"the working tree of {root}"
+        advice = "pass use_workspace=false and the files the tests need"
+        self._refuse_if_large(len(entries), sum(size for _, size in entries), what, advice)
+        files: dict[str, str] = {}
+        for rel, _ in entries:
+            try:
+                raw = _read_no_follow(root / rel)
+            except FileNotFoundError:  # deleted since it was listed
+                continue
+            try:
+                files[rel] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                skipped.append(rel)
+        self._refuse_if_large(len(files), sum(len(t) for t in files.values()), what, advice)  # grew since lstat
+        head = self._git(root, "rev-parse", "--verify", "--quiet", "HEAD")
+        return Snapshot(
+            commit=head.stdout.decode().strip() if head.returncode == 0 else "", files=files, skipped=tuple(skipped)
+        )
+
     # -- steps ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _repository(repo: str | Path) -> Path:
+        root = Path(repo).expanduser()
+        if not root.is_dir():
+            raise SnapshotUnavailable(f"the workspace repository {str(root)!r} does not exist on this machine")
+        if shutil.which("git") is None:
+            raise SnapshotUnavailable("reading a git snapshot needs git: apt-get install git")
+        return root.resolve()
+
+    @staticmethod
+    def _why(done: subprocess.CompletedProcess[bytes]) -> str:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else "git failed"
 
     def _git(self, root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
@@ -101,7 +170,7 @@ class GitSnapshots:
                 ["git", "-C", str(root), *args], capture_output=True, timeout=self.timeout_s, env=env, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise VerifierUnavailable(f"git {args[0]} in {root} took longer than {self.timeout_s:.0f}s") from exc
+            raise SnapshotUnavailable(f"git {args[0]} in {root} took longer than {self.timeout_s:.0f}s") from exc
 
     def _resolve(self, root: Path, ref: str) -> str:
         done = self._git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
@@ -109,30 +178,26 @@ class GitSnapshots:
             return done.stdout.decode().strip()
         probe = self._git(root, "rev-parse", "--git-dir")
         if probe.returncode != 0:
-            why = probe.stderr.decode(errors="replace").strip().splitlines()
-            raise VerifierUnavailable(
-                f"{root} is not a git repository this process can read ({why[-1] if why else 'git failed'})"
-            )
-        raise VerifierUnavailable(f"the repository {root} has no commit {ref!r} (deleted branch, or not fetched?)")
+            raise SnapshotUnavailable(f"{root} is not a git repository this process can read ({self._why(probe)})")
+        raise SnapshotUnavailable(f"the repository {root} has no commit {ref!r} (deleted branch, or not fetched?)")
 
     def _check_size(self, root: Path, commit: str, ref: str) -> None:
         done = self._git(root, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
         if done.returncode != 0:
-            raise VerifierUnavailable(f"git ls-tree {ref} in {root} failed: {done.stderr.decode(errors='replace')}")
+            raise SnapshotUnavailable(f"git ls-tree {ref} in {root} failed: {done.stderr.decode(errors='replace')}")
         count = size = 0
         for entry in done.stdout.split(b"\0"):
             meta = entry.split(b"\t", 1)[0].split()
             if len(meta) == 4 and meta[1] == b"blob" and meta[0] != b"120000":
                 count += 1
                 size += int(meta[3])
-        self._refuse_if_large(count, size, root, ref)
+        self._refuse_if_large(count, size, f"snapshot {ref!r} of {root}", _RECORD_FILES)
 
-    def _refuse_if_large(self, count: int, size: int, root: Path, ref: str) -> None:
+    def _refuse_if_large(self, count: int, size: int, what: str, advice: str) -> None:
         if count > self.max_files or size > self.max_bytes:
-            raise VerifierUnavailable(
-                f"snapshot {ref!r} of {root} is too large to re-run in the sandbox: {count} files, {size} bytes"
-                f" (limits {self.max_files} files, {self.max_bytes} bytes); record the files the tests need"
-                " with the episode instead"
+            raise SnapshotUnavailable(
+                f"{what} is too large to run in the sandbox: {count} files, {size} bytes"
+                f" (limits {self.max_files} files, {self.max_bytes} bytes); {advice}"
             )
 
     def _archive(self, root: Path, commit: str, ref: str) -> Snapshot:
@@ -160,12 +225,12 @@ class GitSnapshots:
             err.seek(0)
             stderr = err.read().decode(errors="replace")
         if len(data) > cap:
-            raise VerifierUnavailable(
+            raise SnapshotUnavailable(
                 f"snapshot {ref!r} of {root} is too large to re-run in the sandbox: its archive exceeds {cap} bytes"
                 f" (limits {self.max_files} files, {self.max_bytes} bytes)"
             )
         if code != 0:
-            raise VerifierUnavailable(f"git archive {ref} in {root} failed (exit {code}): {stderr.strip()[-500:]}")
+            raise SnapshotUnavailable(f"git archive {ref} in {root} failed (exit {code}): {stderr.strip()[-500:]}")
         files: dict[str, str] = {}
         skipped: list[str] = []
         size = 0
@@ -184,8 +249,15 @@ class GitSnapshots:
                     skipped.append(member.name)
                     continue
                 size += len(raw)
-        self._refuse_if_large(len(files), size, root, ref)
+        self._refuse_if_large(len(files), size, f"snapshot {ref!r} of {root}", _RECORD_FILES)
         return Snapshot(commit=commit, files=files, skipped=tuple(skipped))
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "GitSnapshots", "Snapshot"]
+def _read_no_follow(path: Path) -> bytes:
+    """A file's bytes, refusing a symlink swapped in since it was listed (it may point anywhere)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "GitSnapshots", "NotAWorkingTree", "Snapshot", "SnapshotUnavailable"]

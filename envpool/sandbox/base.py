@@ -61,7 +61,9 @@ class InvalidRequest(SandboxError, ValueError):
     pass
 
 
-MAX_FILES = 256
+MAX_FILES = 4096
+"""Files one run may carry: a repository's worth (run_tests sends the served working tree); the
+bytes cap below bounds the work they cost (each is one write inside the sandbox)."""
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from training.records import EpisodeStatus, RewardSource
 from training.scenarios import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
-from training.snapshots import GitSnapshots
+from training.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 from training.store import EpisodeStore
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -91,8 +91,42 @@ def test_missing_repositories_refs_and_oversized_snapshots_say_why(repo: Path, t
             snapshots.files(repo, bad)
     with pytest.raises(VerifierUnavailable, match=r"too large.*3 files"):
         GitSnapshots(max_files=2).files(repo, "good")
-    with pytest.raises(VerifierUnavailable, match=r"too large.*limits 256 files, 40 bytes"):
+    with pytest.raises(VerifierUnavailable, match=r"too large.*limits 4096 files, 40 bytes"):
         GitSnapshots(max_bytes=40).files(repo, "good")
+
+
+def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp_path: Path) -> None:
+    """What run_tests sends of the served workspace: uncommitted edits and new files included,
+    ignored files (a secret), symlinks and binaries not; `commit` is HEAD's id."""
+    (repo / ".gitignore").write_text("*.env\n")
+    (repo / "local.env").write_text("TOKEN=never-sent\n")
+    (repo / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
+    git(repo, "rm", "-q", "--cached", "logo.png")
+    (repo / "logo.png").unlink()  # deleted: listed by neither the index nor the disk
+    (repo / "data.bin").write_bytes(b"\x00\xff")
+    tree = GitSnapshots().working_tree(repo)
+    assert tree.files == {
+        ".gitignore": "*.env\n",
+        "calc.py": "uncommitted edits never reach a snapshot\n",
+        "tests/test_calc.py": TESTS,
+        "tests/test_new.py": "def test_new():\n    pass\n",
+    }
+    assert sorted(tree.skipped) == ["data.bin", "link.py"]
+    assert tree.commit == git(repo, "rev-parse", "HEAD")
+    assert GitSnapshots().working_tree(repo / "tests").files == {  # a subdirectory: its files, relative to it
+        "test_calc.py": TESTS,
+        "test_new.py": "def test_new():\n    pass\n",
+    }
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(NotAWorkingTree, match="not a git working tree"):
+        GitSnapshots().working_tree(tmp_path / "plain")
+    with pytest.raises(SnapshotUnavailable, match=r"working tree of .* too large.*use_workspace=false"):
+        GitSnapshots(max_files=3).working_tree(repo)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    git(fresh, "init", "-q")
+    (fresh / "a.py").write_text("x = 1\n")
+    assert GitSnapshots().working_tree(fresh) == type(tree)(commit="", files={"a.py": "x = 1\n"})
 
 
 @pytest.fixture
