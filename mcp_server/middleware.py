@@ -3,11 +3,14 @@
 A call lands in the episode named by its `episode_id` argument, else the session's open episode,
 else a new implicit one, so tools added later are recorded without knowing about episodes. The
 step is committed before the result goes back to the client: an acknowledged call is on disk.
+A tool adds what its call resolved to the step's recorded arguments with `note_step` (run_tests:
+the commit its workspace files were at), so the log can re-check the call later.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import time
@@ -33,6 +36,14 @@ log = structlog.get_logger(__name__)
 SUMMARY_CHARS = 2_000
 _SESSION_STATE_KEY = "rlide.session"
 _T = TypeVar("_T")
+_STEP_NOTES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rlide_step_notes", default=None)
+
+
+def note_step(**fields: Any) -> None:
+    """Record `fields` with the arguments of the tool call in progress (nothing outside one)."""
+    notes = _STEP_NOTES.get()
+    if notes is not None:
+        notes.update(fields)
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -194,6 +205,8 @@ class RecordingMiddleware:
         args = arguments if isinstance(arguments, dict) else {"(invalid arguments)": repr(arguments)[:200]}
         recorder = self.recorder_of(ctx)
         before = recorder.current(recorder.session_key(ctx))
+        notes: dict[str, Any] = {}  # shared, not copied, if the tool runs in a child context
+        token = _STEP_NOTES.set(notes)
         started = time.perf_counter()
         try:
             result = await call_next(ctx)
@@ -202,11 +215,13 @@ class RecordingMiddleware:
             # logged), then re-raised unchanged.
             with anyio.CancelScope(shield=True):
                 await self._record(
-                    recorder, ctx, tool_name, args, None, f"{type(exc).__name__}: {exc}", started, before
+                    recorder, ctx, tool_name, {**args, **notes}, None, f"{type(exc).__name__}: {exc}", started, before
                 )
             raise
+        finally:
+            _STEP_NOTES.reset(token)
         summary, error = summarize(result)
-        await self._record(recorder, ctx, tool_name, args, summary, error, started, before)
+        await self._record(recorder, ctx, tool_name, {**args, **notes}, summary, error, started, before)
         return result
 
     @staticmethod

@@ -135,6 +135,57 @@ async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: S
 
 
 @pytest.mark.anyio
+async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> None:
+    """An agent working in the repository asks for `python -m pytest`: the project's files as on disk
+    run, `files` and `patch` go on top, an ignored secret stays home, and each step records the
+    commit, so the episode becomes a scenario re-checkable from that commit."""
+    from training.scenarios import scenarios_from_log
+
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "calc.py").write_text(CALC)
+    (root / "test_calc.py").write_text(TESTS)
+    (root / ".gitignore").write_text(".env\n")
+    (root / ".env").write_text("TOKEN=secret\n")
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "HOME": str(tmp_path)}
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, env={**env, "PATH": "/usr/bin:/bin"})
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    settings = load_settings(home=tmp_path / "home", workspace=root, pool_envs=1)
+    command = {"test_command": "python -m pytest -q"}
+    async with Client(build_server(settings), mode="legacy") as client:
+        started = await call_ok(client, "start_episode", {"task": "make the tests pass"})
+        first = await call_ok(client, "run_tests", command)
+        assert (first["tests_passed"], first["tests_failed"]) == (1, 1)
+        assert first["workspace"].startswith(f"3 files of {root} as on disk (HEAD {head[:12]})")
+        fixed = await call_ok(client, "run_tests", {**command, "patch": FIX_TEST})
+        assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"]) == (True, 2, 0)
+        broken = await call_ok(client, "run_tests", {**command, "files": {"calc.py": "def add(a, b):\n    return 0\n"}})
+        assert (broken["tests_passed"], broken["tests_failed"]) == (0, 2)
+        secret = await call_ok(client, "run_tests", {"test_command": "cat .env", "use_workspace": False})
+        assert secret["exit_code"] != 0 and "secret" not in secret["stdout"] and secret["workspace"] is None
+        leaked = await call_ok(client, "run_tests", {"test_command": "ls -a; cat .env"})
+        assert "calc.py" in leaked["stdout"] and "secret" not in leaked["stdout"] + leaked["stderr"]
+        await call_ok(client, "end_episode", {"outcome": "success"})
+
+    store = EpisodeStore.open(settings.episode_db_url)
+    steps = store.detail(started["episode_id"]).steps
+    [scenario] = scenarios_from_log(store)
+    store.close()
+    recorded = [(s.arguments.get("commit"), s.arguments.get("repo")) for s in steps if s.tool == "run_tests"]
+    assert recorded == [(head, str(root))] * 3 + [(None, None), (head, str(root))]
+    assert (scenario.workspace_ref, scenario.workspace) == (head, str(root))
+
+
+@pytest.mark.anyio
+async def test_a_served_workspace_outside_git_is_not_sent(client: Client) -> None:
+    """Its files could be anything (a home directory): only `files` go, and the reply says why."""
+    given = await call_ok(client, "run_tests", {"files": {"calc.py": CALC, "test_calc.py": TESTS}, "tests": TESTS})
+    assert given["workspace"].startswith("not sent: ") and "is not a git working tree" in given["workspace"]
+    assert given["tests_passed"] == 1
+
+
+@pytest.mark.anyio
 async def test_test_functions_given_as_code_are_run_not_just_defined(client: Client) -> None:
     """Run as a script, test code only defines its test functions: a failing test passed, +1."""
     given = await call_ok(client, "run_tests", {"files": {"calc.py": CALC}, "tests": TESTS})

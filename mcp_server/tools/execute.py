@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import anyio
@@ -22,11 +23,13 @@ from envpool.sandbox.base import (
     prepare_test_run,
     request_problem,
 )
+from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
 from training.db import EpisodeNotFound
 from training.records import RewardSource
+from training.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 
 Files = Annotated[
     dict[str, str] | None,
@@ -56,6 +59,7 @@ class RunTestsResult(RunCodeResult):
     tests_failed: int | None = None
     reward: float = Field(description="Recorded on the episode as a `tests` reward, in [-1, 1].")
     episode_id: str
+    workspace: str | None = Field(None, description="What of the served workspace was sent, or why nothing was.")
 
 
 def _fit(text: str, budget: int) -> tuple[str, bool]:
@@ -131,6 +135,30 @@ async def _run(ctx: Context[Any, Any], request: RunRequest) -> RunResult:
     return outcome[0]
 
 
+SKIPPED_NAMED = 5  # left-out paths named in run_tests' workspace line
+
+
+def workspace_files(root: Path) -> tuple[dict[str, str], str]:
+    """The served working tree's files for a test run and a line saying what was sent (nothing, and
+    why, when it is not a git working tree). The commit it is at goes into the recorded step, so
+    the episode can be re-checked from that commit later (`training.scenarios`)."""
+    try:
+        snapshot = GitSnapshots().working_tree(root)
+    except NotAWorkingTree as exc:
+        return {}, f"not sent: {exc}; only `files` were (run `git init` there to send its files)"
+    except SnapshotUnavailable as exc:
+        raise ToolError(f"the served workspace cannot be sent: {exc}") from exc
+    if snapshot.commit:
+        note_step(commit=snapshot.commit, repo=str(root))
+    at = f" (HEAD {snapshot.commit[:12]})" if snapshot.commit else " (no commit yet)"
+    line = f"{len(snapshot.files)} files of {root} as on disk{at}, then `files` and `patch`"
+    if snapshot.skipped:
+        named = ", ".join(snapshot.skipped[:SKIPPED_NAMED])
+        more = f" and {len(snapshot.skipped) - SKIPPED_NAMED} more" if len(snapshot.skipped) > SKIPPED_NAMED else ""
+        line += f"; left out (binary, symlink or submodule): {named}{more}"
+    return snapshot.files, line
+
+
 def _request(**fields: Any) -> RunRequest:
     try:
         return RunRequest(**fields)
@@ -180,16 +208,29 @@ async def run_tests(
     patch: Annotated[
         str | None, Field(max_length=2_000_000, description="Unified diff applied to files first.")
     ] = None,
+    use_workspace: Annotated[
+        bool,
+        Field(
+            description="Start from the served workspace's files (a git working tree: tracked and untracked files "
+            "that are not ignored, as on disk now); `files` and `patch` go on top. False: only `files`."
+        ),
+    ] = True,
     timeout_s: TimeoutS = 60.0,
     episode_id: EpisodeId = None,
 ) -> RunTestsResult:
-    """Write files, apply an optional patch, run a test command (or test code) in the sandbox. The outcome is
-    recorded as a `tests` reward on the episode: the share of passing tests mapped to [-1, 1]."""
+    """Run a test command (or test code) in the sandbox on the served workspace's files, with `files` written
+    over them and an optional patch applied. The outcome is recorded as a `tests` reward on the episode: the
+    share of passing tests mapped to [-1, 1]."""
     if (test_command is None) == (tests is None):
         raise ToolError("give exactly one of test_command (a shell command) or tests (Python test code)")
+    state = app_state(ctx)
+    sent: dict[str, str] = {}
+    workspace: str | None = None
+    if use_workspace:
+        sent, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings.served_workspace)
     try:
         given = TestRunRequest(
-            files=files or {}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
+            files={**sent, **(files or {})}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
         )
         request = await anyio.to_thread.run_sync(prepare_test_run, given)
     except (ValidationError, InvalidRequest) as exc:
@@ -197,7 +238,6 @@ async def run_tests(
     result = await _run(ctx, request)
     passed, failed = parse_test_counts(result.stdout + "\n" + result.stderr)
     reward = reward_from_tests(result.ok, passed, failed)
-    state = app_state(ctx)
     target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
     summary = f"{passed} passed, {failed} failed" if passed is not None else f"exit {result.exit_code}"
     try:
@@ -214,6 +254,7 @@ async def run_tests(
             tests_failed=failed,
             reward=reward,
             episode_id=target,
+            workspace=workspace,
         ),
         state.settings.max_result_chars,
         _longest(result),
