@@ -7,6 +7,7 @@ served workspace or a configured allowed root.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +25,17 @@ class PathNotAllowed(ValueError):
     pass
 
 
+_DIFF_TARGET = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?([^\t\n]+)", re.MULTILINE)
+
+
 def _paths_in(arguments: dict[str, Any]) -> list[str]:
-    """File paths a tool call named: `path`/`paths` arguments and the keys of a `files` mapping."""
+    """File paths a tool call named or changed: `path`/`paths` arguments, the keys of a `files`
+    mapping, the files a `patch` (unified diff) edits, and a test run's `changed` working-tree files."""
     found: list[str] = []
-    for key in ("path", "file", "paths"):
+    patch = arguments.get("patch")
+    if isinstance(patch, str):
+        found.extend(p for p in _DIFF_TARGET.findall(patch) if p != "/dev/null")
+    for key in ("path", "file", "paths", "changed"):
         value = arguments.get(key)
         if isinstance(value, str):
             found.append(value)

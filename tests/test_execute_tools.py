@@ -164,9 +164,13 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
         assert (broken["tests_passed"], broken["tests_failed"]) == (0, 2)
         secret = await call_ok(client, "run_tests", {"test_command": "cat .env", "use_workspace": False})
         assert secret["exit_code"] != 0 and "secret" not in secret["stdout"] and secret["workspace"] is None
+        (root / "NOTES.md").write_text("an edit on disk, not committed\n")
         leaked = await call_ok(client, "run_tests", {"test_command": "ls -a; cat .env"})
-        assert "calc.py" in leaked["stdout"] and "secret" not in leaked["stdout"] + leaked["stderr"]
+        assert "NOTES.md" in leaked["stdout"] and "secret" not in leaked["stdout"] + leaked["stderr"]
         await call_ok(client, "end_episode", {"outcome": "success"})
+        # What the episode touched: the patched file, the file given, the file edited on disk.
+        [solution] = (await call_ok(client, "recall_solutions", {"query": "make the tests pass"}))["solutions"]
+        assert solution["files_touched"] == ["NOTES.md", "calc.py", "test_calc.py"]
 
     store = EpisodeStore.open(settings.episode_db_url)
     steps = store.detail(started["episode_id"]).steps

@@ -64,6 +64,8 @@ class Snapshot:
     """Relative path -> text content of every regular UTF-8 file of the commit."""
     skipped: tuple[str, ...] = ()
     """Paths left out: binary files, symlinks (and, in a working tree, submodules)."""
+    changed: tuple[str, ...] = ()
+    """Of a working tree: the paths whose state differs from HEAD's (edited, added, deleted)."""
 
 
 class GitSnapshots:
@@ -143,9 +145,8 @@ class GitSnapshots:
                 skipped.append(rel)
         self._refuse_if_large(len(files), sum(len(t) for t in files.values()), what, advice)  # grew since lstat
         head = self._git(root, "rev-parse", "--verify", "--quiet", "HEAD")
-        return Snapshot(
-            commit=head.stdout.decode().strip() if head.returncode == 0 else "", files=files, skipped=tuple(skipped)
-        )
+        commit = head.stdout.decode().strip() if head.returncode == 0 else ""
+        return Snapshot(commit=commit, files=files, skipped=tuple(skipped), changed=self._changed(root))
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -157,6 +158,13 @@ class GitSnapshots:
         if shutil.which("git") is None:
             raise SnapshotUnavailable("reading a git snapshot needs git: apt-get install git")
         return root.resolve()
+
+    def _changed(self, root: Path) -> tuple[str, ...]:
+        """Paths under `root` whose state differs from HEAD's, relative to `root` as `ls-files` gives them."""
+        done = self._git(root, "status", "-z", "--porcelain=v1", "--untracked-files=all", "--no-renames", ".")
+        prefix = self._git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
+        names = (entry[3:].decode("utf-8", "replace") for entry in done.stdout.split(b"\0") if len(entry) > 3)
+        return tuple(sorted(n.removeprefix(prefix) for n in names if n.startswith(prefix)))
 
     @staticmethod
     def _why(done: subprocess.CompletedProcess[bytes]) -> str:

@@ -136,6 +136,7 @@ async def _run(ctx: Context[Any, Any], request: RunRequest) -> RunResult:
 
 
 SKIPPED_NAMED = 5  # left-out paths named in run_tests' workspace line
+CHANGED_RECORDED = 100  # paths differing from HEAD recorded with a run_tests step
 
 
 def workspace_files(root: Path) -> tuple[dict[str, str], str]:
@@ -148,8 +149,8 @@ def workspace_files(root: Path) -> tuple[dict[str, str], str]:
         return {}, f"not sent: {exc}; only `files` were (run `git init` there to send its files)"
     except SnapshotUnavailable as exc:
         raise ToolError(f"the served workspace cannot be sent: {exc}") from exc
-    if snapshot.commit:
-        note_step(commit=snapshot.commit, repo=str(root))
+    if snapshot.commit:  # and what differs from it: the files an agent edited on disk (files_touched)
+        note_step(commit=snapshot.commit, repo=str(root), changed=list(snapshot.changed[:CHANGED_RECORDED]))
     at = f" (HEAD {snapshot.commit[:12]})" if snapshot.commit else " (no commit yet)"
     line = f"{len(snapshot.files)} files of {root} as on disk{at}, then `files` and `patch`"
     if snapshot.skipped:

@@ -113,10 +113,10 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
     }
     assert sorted(tree.skipped) == ["data.bin", "link.py"]
     assert tree.commit == git(repo, "rev-parse", "HEAD")
-    assert GitSnapshots().working_tree(repo / "tests").files == {  # a subdirectory: its files, relative to it
-        "test_calc.py": TESTS,
-        "test_new.py": "def test_new():\n    pass\n",
-    }
+    assert tree.changed == (".gitignore", "calc.py", "data.bin", "logo.png", "tests/test_new.py")
+    inside = GitSnapshots().working_tree(repo / "tests")  # a subdirectory: its files, relative to it
+    assert inside.files == {"test_calc.py": TESTS, "test_new.py": "def test_new():\n    pass\n"}
+    assert inside.changed == ("test_new.py",)
     (tmp_path / "plain").mkdir()
     with pytest.raises(NotAWorkingTree, match="not a git working tree"):
         GitSnapshots().working_tree(tmp_path / "plain")
@@ -126,7 +126,7 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
     fresh.mkdir()
     git(fresh, "init", "-q")
     (fresh / "a.py").write_text("x = 1\n")
-    assert GitSnapshots().working_tree(fresh) == type(tree)(commit="", files={"a.py": "x = 1\n"})
+    assert GitSnapshots().working_tree(fresh) == type(tree)(commit="", files={"a.py": "x = 1\n"}, changed=("a.py",))
 
 
 @pytest.fixture
