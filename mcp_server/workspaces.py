@@ -25,7 +25,9 @@ class PathNotAllowed(ValueError):
     pass
 
 
-_DIFF_TARGET = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?([^\t\n]+)", re.MULTILINE)
+_DIFF_HEADER = re.compile(r"^--- (?:a/)?([^\t\n]+).*\n\+\+\+ (?:b/)?([^\t\n]+)", re.MULTILINE)
+"""A file's header pair in a unified diff: a removed line that starts with "--" (an SQL comment) is
+"---" in the diff too, but is not followed by a "+++" line."""
 
 
 def _paths_in(arguments: dict[str, Any]) -> list[str]:
@@ -34,7 +36,7 @@ def _paths_in(arguments: dict[str, Any]) -> list[str]:
     found: list[str] = []
     patch = arguments.get("patch")
     if isinstance(patch, str):
-        found.extend(p for p in _DIFF_TARGET.findall(patch) if p != "/dev/null")
+        found.extend(new if new != "/dev/null" else old for old, new in _DIFF_HEADER.findall(patch))
     for key in ("path", "file", "paths", "changed"):
         value = arguments.get(key)
         if isinstance(value, str):

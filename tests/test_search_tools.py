@@ -137,6 +137,18 @@ async def test_a_solved_episode_is_recalled(client: Client) -> None:
     ]
 
 
+def test_the_files_a_step_touched() -> None:
+    from mcp_server.workspaces import _paths_in
+
+    patch = (
+        "--- a/db/schema.sql\n+++ b/db/schema.sql\n@@ -1,2 +1,1 @@\n--- drop table users\n select 1;\n"
+        "--- a/old.py\t2026-01-01\n+++ /dev/null\n@@ -1 +0,0 @@\n-x = 1\n"
+        "--- /dev/null\n+++ b/new.py\n@@ -0,0 +1 @@\n+y = 2\n"
+    )
+    arguments = {"patch": patch, "files": {"a.py": ""}, "changed": ["NOTES.md"], "path": "src", "query": "x"}
+    assert _paths_in(arguments) == ["db/schema.sql", "old.py", "new.py", "src", "NOTES.md", "a.py"]
+
+
 @pytest.mark.anyio
 async def test_a_symlinked_file_never_leaks_what_it_points_to(tmp_path: Path, workspace: Path) -> None:
     secret = tmp_path / "id_rsa"
