@@ -174,6 +174,10 @@ def install(
     project_dir: Annotated[Path | None, typer.Option(help="Project root for --scope project.")] = None,
     name: Annotated[str, typer.Option(help="Server name in the host's config.")] = "rlide",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be written, change nothing.")] = False,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(help="Project folder the server serves (RLIDE_WORKSPACE); Claude Desktop starts servers in /."),
+    ] = None,
 ) -> None:
     """Register rlide as an MCP server in an IDE host's configuration (merged, backed up, idempotent)."""
     from mcp_server.install import Host, InstallError, config_path, default_launch, render
@@ -185,7 +189,10 @@ def install(
         raise fail(f"unknown host {host!r}: choose one of {', '.join(h.value for h in Host)}") from exc
     if scope not in ("user", "project"):
         raise fail("--scope is user or project")
-    launch = default_launch()
+    try:
+        launch = default_launch(workspace)
+    except InstallError as exc:
+        raise fail(str(exc)) from exc
     if print_only:
         home = Path.home()
         where = config_path(chosen, home=home, scope=scope, project_dir=project_dir)  # type: ignore[arg-type]
@@ -209,6 +216,12 @@ def install(
     typer.echo(f"{result.action}: {result.path}" + (f" (backup: {result.backup})" if result.backup else ""))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
+    if chosen is Host.claude_desktop and workspace is None:
+        typer.echo(
+            "note: Claude Desktop starts servers in /, where rlide serves no workspace (search_code and run_tests"
+            " need one): unless RLIDE_WORKSPACE is already in this entry's env, run again with --workspace PATH",
+            err=True,
+        )
     if result.action != "unchanged":
         typer.echo(f"restart {chosen.value} (or reload its MCP servers) to pick up rlide", err=True)
 

@@ -103,8 +103,9 @@ _MANAGED_ENV = frozenset({"RLIDE_HOME"})
 _ROOPIK_DIO_SETTINGS = ("Roopik", "User", "globalStorage", "roopik.roopik-dio", "settings")
 
 
-def default_launch() -> ServerLaunch:
-    """The launch command for the rlide installed next to the running interpreter."""
+def default_launch(workspace: Path | None = None) -> ServerLaunch:
+    """The launch command for the rlide installed next to the running interpreter; `workspace`: the
+    project it serves (`RLIDE_WORKSPACE`), for hosts that start servers in `/` or the home folder."""
     # absolute(), not resolve(): a venv's python is a symlink to the base interpreter, and
     # resolving it would point the host at a python that cannot import rlide.
     bin_dir = Path(sys.executable).absolute().parent
@@ -118,6 +119,11 @@ def default_launch() -> ServerLaunch:
     if home:
         # The host's working directory is not ours, so a relative RLIDE_HOME would move.
         env["RLIDE_HOME"] = str(Path(home).expanduser().absolute())
+    if workspace is not None:
+        folder = workspace.expanduser().absolute()
+        if not folder.is_dir():
+            raise InstallError(f"--workspace {workspace} is not a folder; nothing was changed.")
+        env["RLIDE_WORKSPACE"] = str(folder)
     return ServerLaunch(command=command, args=args, env=env)
 
 

@@ -62,7 +62,10 @@ def build_server(settings: Settings | None = None) -> RlideServer:
         store = EpisodeStore.open(settings.episode_db_url)
         expired = store.expire_idle(settings.episode_idle_timeout_s)
         log.info("server_started", episode_log=settings.public_dict()["database_url"], expired_idle=expired)
-        recorder = EpisodeRecorder(store, workspace=str(settings.served_workspace))
+        served = settings.served_workspace
+        if served is None:
+            log.warning("no_workspace_served", reason=settings.no_workspace_reason())
+        recorder = EpisodeRecorder(store, workspace=str(served) if served is not None else None)
         workspaces = WorkspaceHub(settings)
         execution = ExecutionHub(settings)
         try:

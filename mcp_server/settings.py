@@ -35,6 +35,16 @@ def expand_path(path: Path) -> Path:
         raise ValueError(f"{str(path)[:200]!r} cannot be used as a path ({exc})") from exc
 
 
+def implicit_workspace(cwd: Path, home: Path) -> Path | None:
+    """The directory the server was started in, as its workspace, unless it is the filesystem root,
+    the user's home or a folder above it. Hosts start servers there (Claude Desktop in `/`, Claude
+    Code's desktop app in `~`), and indexing or sending that to a sandbox would read a whole machine,
+    or every dotfile (`~/.ssh`, `~/.aws`), into search results the agent sees."""
+    if cwd.parent == cwd or home.is_relative_to(cwd):
+        return None
+    return cwd
+
+
 def config_file() -> Path:
     explicit = os.environ.get("RLIDE_CONFIG")
     if explicit:
@@ -116,8 +126,19 @@ class Settings(BaseSettings):
         return [expand_path(p) for p in value]
 
     @property
-    def served_workspace(self) -> Path:
-        return self.workspace or Path.cwd().resolve()
+    def served_workspace(self) -> Path | None:
+        """`workspace`, else the directory the server was started in (`implicit_workspace`): None
+        when that is `/`, the home directory or above it."""
+        return self.workspace or implicit_workspace(Path.cwd().resolve(), Path.home().resolve())
+
+    def no_workspace_reason(self) -> str:
+        """Why no workspace is served, and what to do about it: for tool errors and the start-up log."""
+        return (
+            f"no workspace is served: rlide was started in {Path.cwd()}, which it never indexes or sends to a"
+            " sandbox unasked (hosts such as Claude Desktop start servers in / or in your home); set"
+            " RLIDE_WORKSPACE to your project in the server's environment (`rlide install <host> --workspace"
+            " PATH`), or name a folder under RLIDE_ALLOWED_ROOTS"
+        )
 
     @classmethod
     def settings_customise_sources(

@@ -76,27 +76,33 @@ class WorkspaceHub:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
-    def default_root(self) -> Path:
+    def default_root(self) -> Path | None:
         return self.settings.served_workspace
 
     @property
     def allowed_roots(self) -> list[Path]:
-        return [self.default_root, *self.settings.allowed_roots]
+        served = self.default_root
+        return [*([served] if served is not None else []), *self.settings.allowed_roots]
 
     def resolve(self, path: str | None) -> Path:
         """The workspace root for `path` (default: the served workspace), if it is allowed."""
+        served = self.default_root
         if path is None or not path.strip():
-            return self.default_root
+            if served is None:
+                raise PathNotAllowed(self.settings.no_workspace_reason())
+            return served
         try:
             candidate = Path(path).expanduser()
             if not candidate.is_absolute():
-                candidate = self.default_root / candidate
+                candidate = (served or Path.cwd()) / candidate
             resolved = candidate.resolve()
             is_dir = resolved.is_dir()
         except (OSError, RuntimeError, ValueError) as exc:  # too long; `~user` unknown or a symlink loop; a NUL byte
             reason = getattr(exc, "strerror", None) or exc
             message = f"{path[:200]!r} cannot be used as a folder ({reason}): pass a project folder"
             raise PathNotAllowed(message) from exc
+        if not self.allowed_roots:
+            raise PathNotAllowed(self.settings.no_workspace_reason())
         if not any(resolved == root or resolved.is_relative_to(root) for root in self.allowed_roots):
             roots = ", ".join(str(r) for r in self.allowed_roots)
             raise PathNotAllowed(
@@ -107,9 +113,8 @@ class WorkspaceHub:
             raise PathNotAllowed(f"{resolved} is not a directory: pass a project folder")
         return resolved
 
-    def service(self, root: Path | None = None) -> MemoryService:
+    def service(self, root: Path) -> MemoryService:
         """The memory service of `root`, created on first use. Blocking: call it from a thread."""
-        root = root or self.default_root
         with self._lock:
             existing = self._services.get(root)
             if existing is not None:
@@ -136,7 +141,17 @@ class WorkspaceHub:
             reward=max(-1.0, min(1.0, episode.reward_total or 0.0)),
             created_at=episode.created_at,
         )
-        return self.service().remember_solution(solved)
+        return self.solutions().remember_solution(solved)
+
+    def solutions(self) -> MemoryService:
+        """The service that holds past solutions. They are kept apart from any workspace's index
+        (`solutions.sqlite`, a turbopuffer namespace of their own), so without a served workspace an
+        empty folder stands in as its root. Blocking: call it from a thread."""
+        root = self.default_root
+        if root is None:
+            root = self.settings.home / "memory" / "no-workspace"
+            root.mkdir(parents=True, exist_ok=True)
+        return self.service(root)
 
     def close(self) -> None:
         with self._lock:

@@ -434,6 +434,25 @@ def test_default_launch_passes_rlide_home_as_absolute(monkeypatch: pytest.Monkey
     assert default_launch().env == {"RLIDE_HOME": str(tmp_path / "state")}
 
 
+def test_workspace_is_passed_and_kept_by_a_later_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, home: Path
+) -> None:
+    """Claude Desktop starts servers in /, where rlide serves no workspace: `--workspace` names one,
+    and installing again without it (a new rlide path, say) keeps the one named before."""
+    monkeypatch.delenv("RLIDE_HOME", raising=False)
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(tmp_path)
+    first = default_launch(Path("project"))
+    assert first.env == {"RLIDE_WORKSPACE": str(project)}
+    do_install(Host.claude_desktop, first, home)
+    do_install(Host.claude_desktop, default_launch(), home)
+    entry = json.loads(user_path(Host.claude_desktop, home).read_text())["mcpServers"]["rlide"]
+    assert entry["env"] == {"RLIDE_WORKSPACE": str(project)}
+    with pytest.raises(InstallError, match="is not a folder"):
+        default_launch(tmp_path / "missing")
+
+
 def test_relative_command_is_rejected() -> None:
     with pytest.raises(ValueError, match="absolute"):
         ServerLaunch(command="rlide", args=["serve"], env={})

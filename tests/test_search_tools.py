@@ -137,6 +137,43 @@ async def test_a_solved_episode_is_recalled(client: Client) -> None:
     ]
 
 
+@pytest.mark.anyio
+async def test_started_in_the_home_folder_it_serves_no_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosts start servers in / (Claude Desktop) or the home folder: indexing that would put every
+    dotfile (~/.ssh) into search results. Search says what to set; solutions and episodes still work."""
+    from mcp_server.settings import implicit_workspace
+
+    home = tmp_path / "me"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("zebracornflakes private key\n")
+    (home / "project").mkdir()
+    assert implicit_workspace(Path("/"), home) is None
+    assert implicit_workspace(home, home) is None and implicit_workspace(home.parent, home) is None
+    assert implicit_workspace(home / "project", home) == home / "project"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    settings = load_settings(home=tmp_path / "state")
+    assert settings.served_workspace is None
+    async with Client(build_server(settings), mode="legacy") as client:
+        for tool, args in (
+            ("search_code", {"query": "private key"}),
+            ("index_workspace", {}),
+            ("index_workspace", {"path": ".ssh"}),
+            ("index_status", {}),
+        ):
+            result = await client.call_tool(tool, args)
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert result.is_error and "no workspace is served" in text and "RLIDE_WORKSPACE" in text, (tool, text)
+        await call_ok(client, "start_episode", {"task": "tidy the notes"})
+        await call_ok(client, "end_episode", {"outcome": "success", "summary": "notes tidied"})
+        [solution] = (await call_ok(client, "recall_solutions", {"query": "tidy notes"}))["solutions"]
+        assert solution["task"] == "tidy the notes" and solution["episode_id"]
+    indexes = [p.name for p in (tmp_path / "state" / "memory").rglob("*.sqlite")]
+    assert not any(name.startswith(("me-", "project-")) for name in indexes), indexes
+
+
 def test_the_files_a_step_touched() -> None:
     from mcp_server.workspaces import _paths_in
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import anyio
@@ -25,6 +24,7 @@ from envpool.sandbox.base import (
 )
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
+from mcp_server.settings import Settings
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
 from training.db import EpisodeNotFound
@@ -139,10 +139,13 @@ SKIPPED_NAMED = 5  # left-out paths named in run_tests' workspace line
 CHANGED_RECORDED = 100  # paths differing from HEAD recorded with a run_tests step
 
 
-def workspace_files(root: Path) -> tuple[dict[str, str], str]:
+def workspace_files(settings: Settings) -> tuple[dict[str, str], str]:
     """The served working tree's files for a test run and a line saying what was sent (nothing, and
-    why, when it is not a git working tree). The commit it is at goes into the recorded step, so
-    the episode can be re-checked from that commit later (`training.scenarios`)."""
+    why, when no workspace is served or it is not a git working tree). The commit it is at goes into
+    the recorded step, so the episode can be re-checked from that commit later (`training.scenarios`)."""
+    root = settings.served_workspace
+    if root is None:
+        return {}, f"not sent: {settings.no_workspace_reason()}"
     try:
         snapshot = GitSnapshots().working_tree(root)
     except NotAWorkingTree as exc:
@@ -228,7 +231,7 @@ async def run_tests(
     sent: dict[str, str] = {}
     workspace: str | None = None
     if use_workspace:
-        sent, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings.served_workspace)
+        sent, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
     try:
         given = TestRunRequest(
             files={**sent, **(files or {})}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s

@@ -131,7 +131,11 @@ async def recall_solutions(
     k: Annotated[int, Field(ge=1, le=20)] = 5,
 ) -> RecallResult:
     """Find past successful episodes similar to the task at hand: their task, summary, files touched and reward."""
-    service = await _service(app_state(ctx), None)
+    state = app_state(ctx)
+    try:
+        service = await anyio.to_thread.run_sync(state.workspaces.solutions)
+    except RlideMemoryError as exc:
+        raise ToolError(f"past solutions are not available: {exc}") from exc
     hits = await anyio.to_thread.run_sync(lambda: service.recall_solutions(query, k))
     return RecallResult(solutions=[{**h.episode.model_dump(mode="json"), "score": h.score} for h in hits])
 
