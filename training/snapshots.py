@@ -114,11 +114,13 @@ class GitSnapshots:
         listed = self._git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
         if listed.returncode != 0:
             raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(listed)}")
+        names = [n for n in dict.fromkeys(listed.stdout.split(b"\0")) if n]  # a conflicted file comes thrice
+        what = f"the working tree of {root}"
+        advice = "pass use_workspace=false and the files the tests need"
+        self._refuse_if_large(len(names), 0, what, advice)  # before a stat per file of a monorepo
         entries: list[tuple[str, int]] = []
         skipped: list[str] = []
-        for name in dict.fromkeys(listed.stdout.split(b"\0")):  # --cached lists a conflicted file thrice
-            if not name:
-                continue
+        for name in names:
             try:
                 rel, st = name.decode("utf-8"), (root / os.fsdecode(name)).lstat()
             except UnicodeDecodeError:  # a name no JSON request can carry
@@ -130,8 +132,6 @@ class GitSnapshots:
                 entries.append((rel, st.st_size))
             else:  # a symlink (may point anywhere on the host), a submodule's directory
                 skipped.append(rel)
-        what = f"the working tree of {root}"
-        advice = "pass use_workspace=false and the files the tests need"
         self._refuse_if_large(len(entries), sum(size for _, size in entries), what, advice)
         files: dict[str, str] = {}
         for rel, _ in entries:
