@@ -59,6 +59,19 @@ def test_walk_respects_gitignore_vendored_generated_and_size(repo: Path) -> None
         assert skipped not in paths, skipped
 
 
+def test_files_holding_credentials_are_never_indexed(repo: Path) -> None:
+    """Search results reach the agent and its model provider; a key has no extension to skip by."""
+    secrets = [".env", ".env.local", "prod.env", "deploy/server.pem", "certs/tls.key", ".npmrc", "id_ed25519"]
+    secrets += [".ssh/config", ".aws/credentials", "infra/terraform.tfstate"]
+    kept = [".env.example", "config/.env.sample", "docs/keys.md", "src/keyboard.py", "environment.py"]
+    for rel in secrets + kept:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("TOKEN = 'zebracornflakes'\n")
+    paths = {f.path for f in walk_workspace(repo, max_file_bytes=1_000_000)}
+    assert not paths & set(secrets)
+    assert set(kept) <= paths
+
+
 def test_decode_skips_binary_generated_minified() -> None:
     assert decode_source(b"print('hi')\n") == "print('hi')\n"
     assert decode_source(b"abc\x00def") is None
