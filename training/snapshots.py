@@ -17,7 +17,9 @@ Resolved snapshots are cached per (repository, commit id): a commit's tree never
 
 `GitSnapshots.working_tree(repo)` reads what a test run of the working tree needs: the tracked and
 untracked files that are not ignored (`git ls-files --cached --others --exclude-standard`), as they
-are on disk, uncommitted edits included, under the same limits and with the same files left out;
+are on disk, uncommitted edits included, under the same limits and with the same files left out,
+and untracked files that hold credentials too (`memory.files.is_secret_file`: a `.env` or a key
+nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
 """
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
+from memory.files import is_secret_file
 from training.scenarios import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
@@ -111,15 +114,23 @@ class GitSnapshots:
         """The tracked and untracked, not ignored, files of the git working tree at `repo` as they are
         on disk; `commit` is HEAD's id. Never cached: the tree changes under us."""
         root = self._repository(repo)
-        listed = self._git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+        listed = self._git(root, "ls-files", "-z", "-t", "--cached", "--others", "--exclude-standard")
         if listed.returncode != 0:
             raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(listed)}")
-        names = [n for n in dict.fromkeys(listed.stdout.split(b"\0")) if n]  # a conflicted file comes thrice
+        skipped: list[str] = []
+        names = []
+        for entry in dict.fromkeys(listed.stdout.split(b"\0")):  # a conflicted file comes thrice
+            tag, name = entry[:1], entry[2:]
+            if not name:
+                continue
+            if tag == b"?" and is_secret_file(os.fsdecode(name).rsplit("/", 1)[-1].lower()):
+                skipped.append(os.fsdecode(name))  # an untracked .env or key: the sandbox's output reaches the agent
+                continue
+            names.append(name)
         what = f"the working tree of {root}"
         advice = "pass use_workspace=false and the files the tests need"
         self._refuse_if_large(len(names), 0, what, advice)  # before a stat per file of a monorepo
         entries: list[tuple[str, int]] = []
-        skipped: list[str] = []
         for name in names:
             try:
                 rel, st = name.decode("utf-8"), (root / os.fsdecode(name)).lstat()

@@ -159,7 +159,7 @@ def workspace_files(settings: Settings) -> tuple[dict[str, str], str]:
     if snapshot.skipped:
         named = ", ".join(snapshot.skipped[:SKIPPED_NAMED])
         more = f" and {len(snapshot.skipped) - SKIPPED_NAMED} more" if len(snapshot.skipped) > SKIPPED_NAMED else ""
-        line += f"; left out (binary, symlink or submodule): {named}{more}"
+        line += f"; left out (binary, symlink, submodule or an untracked credentials file): {named}{more}"
     return snapshot.files, line
 
 
