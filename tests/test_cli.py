@@ -123,6 +123,31 @@ def test_doctor_reports_backends(home: Path) -> None:
     assert report["settings"]["home"] == str(home)
 
 
+def test_doctor_says_which_workspace_is_served(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+
+    def workspace_check() -> dict[str, object]:
+        result = runner.invoke(app, ["doctor", "--json"])
+        assert result.exit_code == 0, result.output  # informational: a host starts the server elsewhere
+        [check] = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "workspace"]
+        return check
+
+    monkeypatch.setenv("RLIDE_WORKSPACE", str(project))
+    served = workspace_check()
+    assert (served["area"], served["ok"], served["detail"], served["selected"]) == (
+        "memory",
+        True,
+        f"serves {project}",
+        False,
+    )
+    monkeypatch.delenv("RLIDE_WORKSPACE")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    unserved = workspace_check()
+    assert unserved["ok"] is False and "no workspace is served" in str(unserved["detail"])
+
+
 def test_doctor_fails_on_an_unreachable_database(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RLIDE_DATABASE_URL", "postgresql://u:pw@127.0.0.1:1/none")
     result = runner.invoke(app, ["doctor", "--json"])
