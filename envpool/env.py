@@ -54,6 +54,7 @@ class CodingEnv(gymnasium.Env[NDArray[np.uint8], NDArray[np.uint8]]):
         num_envs: int = 1,
         obs_bytes: int = 4096,
         action_bytes: int = 8192,
+        sandbox_options: dict[str, Any] | None = None,
     ) -> None:
         self.tasks: Sequence[CodingTask] = load_humaneval() if tasks == "humaneval" else tasks  # type: ignore[assignment]
         if isinstance(self.tasks, str):
@@ -65,6 +66,7 @@ class CodingEnv(gymnasium.Env[NDArray[np.uint8], NDArray[np.uint8]]):
         self.action_space = gymnasium.spaces.Box(0, 255, (action_bytes,), np.uint8)
         # The sandbox is created lazily: the pool builds one env in the master only to read spaces.
         self._sandbox_spec = sandbox
+        self._sandbox_options = sandbox_options or {}
         self._sandbox: Sandbox | None = None if isinstance(sandbox, str) else sandbox
         self._cursor = env_id % max(1, len(self.tasks))
 
@@ -72,7 +74,7 @@ class CodingEnv(gymnasium.Env[NDArray[np.uint8], NDArray[np.uint8]]):
     def sandbox(self) -> Sandbox:
         if self._sandbox is None:
             assert isinstance(self._sandbox_spec, str)
-            self._sandbox = make_sandbox(self._sandbox_spec)
+            self._sandbox = make_sandbox(self._sandbox_spec, **self._sandbox_options)
         return self._sandbox
 
     @property

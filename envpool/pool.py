@@ -174,9 +174,12 @@ class EnvPool:
         jobs_per_worker: int = 1,
         seed: int = 0,
         start_method: str = "forkserver",
+        sandbox_options: dict[str, Any] | None = None,
     ) -> None:
+        """`sandbox_options` go to each worker's `make_sandbox` (e.g. bwrap's `project_site`)."""
+        options = dict(sandbox_options or {})
         # Fail here, with the backend's own reason, rather than as a WorkerDied from every worker.
-        make_sandbox(sandbox).close()
+        make_sandbox(sandbox, **options).close()
         pv = pufferlib_vector()
         # pufferlib.vector.make() refuses unknown kwargs, so our backend's own option rides on a partial.
         ours = functools.partial(PipeMultiprocessing, start_method=start_method)
@@ -186,7 +189,9 @@ class EnvPool:
         if backend not in backends:
             raise ValueError(f"unknown pool backend {backend!r}: multiprocessing, serial or ray")
         creators = [
-            functools.partial(make_coding_env, tasks=tasks, sandbox=sandbox, env_id=i, num_envs=num_envs)
+            functools.partial(
+                make_coding_env, tasks=tasks, sandbox=sandbox, sandbox_options=options, env_id=i, num_envs=num_envs
+            )
             for i in range(num_envs)
         ]
         kwargs: dict[str, Any] = {}

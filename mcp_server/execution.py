@@ -6,7 +6,9 @@ search never pays for it, and `tools/list` stays fast.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -18,6 +20,25 @@ if TYPE_CHECKING:
     from envpool.pool import EnvPool
 
 log = structlog.get_logger(__name__)
+
+
+VENV_NAMES = (".venv", "venv")
+
+
+def project_site(workspace: Path | None) -> Path | None:
+    """The site-packages of the workspace's virtualenv (`.venv` or `venv`), if it was made for this
+    Python's version: the sandbox runs this interpreter, which cannot load another version's
+    compiled modules. Bound read-only into bwrap sandboxes, so the project's tests import its
+    dependencies; read when the pool starts (a virtualenv made later needs a server restart)."""
+    if workspace is None:
+        return None
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for name in VENV_NAMES:
+        venv = workspace / name
+        site = venv / "lib" / version / "site-packages"
+        if (venv / "pyvenv.cfg").is_file() and site.is_dir():
+            return site.resolve()
+    return None
 
 
 @dataclass
@@ -44,8 +65,16 @@ class ExecutionHub:
 
         if self.settings.sandbox == "unsafe-local":
             log.warning("unsandboxed_execution", detail="RLIDE_SANDBOX=unsafe-local: agent code runs on the host")
-        pool = EnvPool(num_envs=self.settings.pool_envs, sandbox=self.settings.sandbox, tasks="humaneval")
-        log.info("execution_pool_started", sandbox=self.settings.sandbox, envs=self.settings.pool_envs)
+        site = project_site(self.settings.served_workspace) if self.settings.sandbox.startswith("bwrap") else None
+        pool = EnvPool(
+            num_envs=self.settings.pool_envs,
+            sandbox=self.settings.sandbox,
+            tasks="humaneval",
+            sandbox_options={"project_site": str(site)} if site is not None else None,
+        )
+        log.info(
+            "execution_pool_started", sandbox=self.settings.sandbox, envs=self.settings.pool_envs, project_site=site
+        )
         return pool
 
     async def close(self) -> None:

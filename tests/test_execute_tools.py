@@ -145,8 +145,12 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     root.mkdir()
     (root / "calc.py").write_text(CALC)
     (root / "test_calc.py").write_text(TESTS)
-    (root / ".gitignore").write_text(".env\n")
+    (root / ".gitignore").write_text(".env\n.venv/\n")
     (root / ".env").write_text("TOKEN=secret\n")
+    # The project's virtualenv: its site-packages is bound read-only, so its tests import their dependencies.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")], check=True)
+    site = root / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "fancylib.py").write_text("ANSWER = 42\n")
     env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "HOME": str(tmp_path)}
     for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x"]):
         subprocess.run(["git", "-C", str(root), *args], check=True, env={**env, "PATH": "/usr/bin:/bin"})
@@ -167,6 +171,8 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
         (root / "NOTES.md").write_text("an edit on disk, not committed\n")
         leaked = await call_ok(client, "run_tests", {"test_command": "ls -a; cat .env"})
         assert "NOTES.md" in leaked["stdout"] and "secret" not in leaked["stdout"] + leaked["stderr"]
+        dependency = await call_ok(client, "run_tests", {"tests": "import fancylib\n\nassert fancylib.ANSWER == 42\n"})
+        assert dependency["passed"] is True, dependency
         await call_ok(client, "end_episode", {"outcome": "success"})
         # What the episode touched: the patched file, the file given, the file edited on disk.
         [solution] = (await call_ok(client, "recall_solutions", {"query": "make the tests pass"}))["solutions"]
@@ -177,8 +183,22 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     [scenario] = scenarios_from_log(store)
     store.close()
     recorded = [(s.arguments.get("commit"), s.arguments.get("repo")) for s in steps if s.tool == "run_tests"]
-    assert recorded == [(head, str(root))] * 3 + [(None, None), (head, str(root))]
+    assert recorded == [(head, str(root))] * 3 + [(None, None)] + [(head, str(root))] * 2
     assert (scenario.workspace_ref, scenario.workspace) == (head, str(root))
+
+
+def test_a_project_site_is_one_this_python_can_load(tmp_path: Path) -> None:
+    from mcp_server.execution import project_site
+
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert project_site(None) is None and project_site(tmp_path) is None
+    (tmp_path / "venv" / "lib" / "python3.9" / "site-packages").mkdir(parents=True)
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("version = 3.9.18\n")
+    assert project_site(tmp_path) is None  # another version's compiled modules would not load
+    (tmp_path / "venv" / "lib" / version / "site-packages").mkdir(parents=True)
+    assert project_site(tmp_path) == tmp_path / "venv" / "lib" / version / "site-packages"
+    (tmp_path / "venv" / "pyvenv.cfg").unlink()
+    assert project_site(tmp_path) is None  # a folder named venv is not a virtualenv
 
 
 @pytest.mark.anyio

@@ -39,6 +39,8 @@ SANDBOX_PYTHON_HOME = "/opt/python"
 SANDBOX_SCRIPT = "/opt/rlide/forkserver.py"
 SANDBOX_TOOLS_SITE = "/opt/tools-site"
 """Where the read-only site of test tools (pytest) appears inside the sandbox; on PYTHONPATH."""
+SANDBOX_PROJECT_SITE = "/opt/project-site"
+"""Where a project's own site-packages appears inside the sandbox; first on PYTHONPATH."""
 WORKSPACE = "/ws"
 
 
@@ -63,6 +65,9 @@ class BwrapConfig:
     )
     """Directory of pure-Python test tools (pytest) bound read-only at /opt/tools-site, if it exists.
     `make setup` fills it with `pip install --target`; the host's virtualenv stays invisible."""
+    project_site: str | None = None
+    """The site-packages of the project's virtualenv (`run_tests` on the served workspace: its tests
+    import its dependencies), bound read-only at /opt/project-site; the rest of the venv stays out."""
     forkserver: Path = FORKSERVER_SCRIPT
     """The fork-server script bound into the sandbox (benchmarks/forkserver_ab.py runs an older one)."""
 
@@ -132,6 +137,7 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
             *py_binds,
             "--ro-bind-try", self.config.tools_site, SANDBOX_TOOLS_SITE,
+            *(["--ro-bind", self.config.project_site, SANDBOX_PROJECT_SITE] if self.config.project_site else []),
             "--ro-bind", str(self.config.forkserver), SANDBOX_SCRIPT,
             "--proc", "/proc",
             "--dev", "/dev",

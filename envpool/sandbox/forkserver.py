@@ -75,6 +75,7 @@ PREIMPORT = (
 
 
 TOOLS_SITE = "/opt/tools-site"
+PROJECT_SITE = "/opt/project-site"
 SHELLS = {"shell": "/bin/sh", "bash": "/bin/bash"}
 
 
@@ -250,8 +251,11 @@ class Server:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
         }
-        if os.path.isdir(TOOLS_SITE):
-            env["PYTHONPATH"] = TOOLS_SITE  # pytest and friends, read-only (see bwrap.py)
+        # The project's own dependencies first (its pinned pytest and plugins too), then pytest and
+        # friends; both read-only (see bwrap.py).
+        sites = [site for site in (PROJECT_SITE, TOOLS_SITE) if os.path.isdir(site)]
+        if sites:
+            env["PYTHONPATH"] = ":".join(sites)
         self.python = PythonProgram(env)
         # Answering on the child's report means scanning /proc for what it left (see sweep): cheap
         # in a sandbox's own PID namespace, ~5 ms over a whole host's processes (unsafe-local).
