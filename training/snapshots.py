@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import os
+import posixpath
 import shutil
 import stat
 import subprocess
@@ -118,25 +119,27 @@ class GitSnapshots:
         if listed.returncode != 0:
             raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(listed)}")
         skipped: list[str] = []
-        names = []
+        names: list[str] = []
         for entry in dict.fromkeys(listed.stdout.split(b"\0")):  # a conflicted file comes thrice
             tag, name = entry[:1], entry[2:]
             if not name:
                 continue
-            if tag == b"?" and is_secret_file(os.fsdecode(name).rsplit("/", 1)[-1].lower()):
-                skipped.append(os.fsdecode(name))  # an untracked .env or key: the sandbox's output reaches the agent
+            try:
+                rel = name.decode("utf-8")
+            except UnicodeDecodeError:  # a name no JSON request can carry
+                skipped.append(os.fsdecode(name))
                 continue
-            names.append(name)
+            if tag == b"?" and is_secret_file(posixpath.basename(rel).lower()):
+                skipped.append(rel)  # an untracked .env or key: the sandbox's output reaches the agent
+                continue
+            names.append(rel)
         what = f"the working tree of {root}"
         advice = "pass use_workspace=false and the files the tests need"
         self._refuse_if_large(len(names), 0, what, advice)  # before a stat per file of a monorepo
         entries: list[tuple[str, int]] = []
-        for name in names:
+        for rel in names:
             try:
-                rel, st = name.decode("utf-8"), (root / os.fsdecode(name)).lstat()
-            except UnicodeDecodeError:  # a name no JSON request can carry
-                skipped.append(os.fsdecode(name))
-                continue
+                st = (root / rel).lstat()
             except FileNotFoundError:  # deleted from the tree, not yet from the index
                 continue
             if stat.S_ISREG(st.st_mode):
