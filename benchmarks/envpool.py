@@ -4,17 +4,19 @@
   caller (p50/p99 ms), next to a bare `python3 -c pass` start and one without site (`-I -S`,
   as the sandbox's interpreter runs), and the differences ("overhead"),
   measured in interleaved rounds after a warm-up so that drift in machine speed hits all alike;
-- HumanEval-164 canonical solutions, runs/s: a plain serial loop over one warm sandbox, a thread
-  pool over that same sandbox object, and the pufferlib-vectorized EnvPool (gym send/recv);
+- HumanEval-164 canonical solutions, runs/s (median of --passes interleaved passes): a plain serial
+  loop over one warm sandbox, a thread pool over that same sandbox object, and the
+  pufferlib-vectorized EnvPool (gym send/recv), with the best pool's ratio to the thread pool;
 - seconds from `EnvPool(...)` until its first job is answered, for the first pool of the process
   (what the MCP server's first `run_code` waits for beyond its imports) and for two later ones.
 
-Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--passes 2] [--pool-start-only]
+Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--passes 5] [--pool-start-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -112,54 +114,66 @@ def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, dict[str, float]
     return bares, {name: report[name] for name in ("bwrap", "bwrap-fresh", "unsafe-local", "docker")}
 
 
-def humaneval_serial(sb: Sandbox, passes: int) -> float:
+def humaneval_rates(sb: Sandbox, threads: int, envs: int, passes: int) -> dict[str, float]:
+    """Median runs/s over `passes` passes of HumanEval-164 for each way of running it, the passes of
+    all ways interleaved (after one warm-up pass each) so that drift in machine speed hits every
+    way alike: a plain serial loop over one warm sandbox, a thread pool over that same sandbox
+    object, and the pufferlib-vectorized EnvPool (gym send/recv) in sync and async-half batches."""
     tasks = load_humaneval()
-    best = 0.0
-    for _ in range(passes):
+
+    def serial() -> float:
         t0 = time.perf_counter()
         for task in tasks:
             assert sb.run(task.request(task.canonical_solution)).ok, task.task_id
-        best = max(best, len(tasks) / (time.perf_counter() - t0))
-    return round(best, 1)
+        return len(tasks) / (time.perf_counter() - t0)
 
+    with contextlib.ExitStack() as stack:
+        ex = stack.enter_context(ThreadPoolExecutor(threads))
 
-def humaneval_threads(sb: Sandbox, threads: int, passes: int) -> float:
-    tasks = load_humaneval()
-    best = 0.0
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(lambda t: sb.run(t.request(t.canonical_solution)), tasks[: threads * 2]))  # warm
-        for _ in range(passes):
+        def threaded() -> float:
             t0 = time.perf_counter()
             results = list(ex.map(lambda t: sb.run(t.request(t.canonical_solution)), tasks))
-            best = max(best, len(tasks) / (time.perf_counter() - t0))
             assert all(r.ok for r in results)
-    return round(best, 1)
+            return len(tasks) / (time.perf_counter() - t0)
+
+        runners: dict[str, Callable[[], float]] = {"serial_loop": serial, f"thread_pool_{threads}": threaded}
+        for name, batch in ((f"pufferlib_pool_{envs}_sync", envs), (f"pufferlib_pool_{envs}_async_half", envs // 2)):
+            pool = stack.enter_context(EnvPool(num_envs=envs, num_workers=envs, batch_size=batch))
+            runners[name] = pool_pass(pool, {t.task_id: t for t in tasks})
+        for run_pass in runners.values():
+            run_pass()  # warm-up: the pools' sandboxes start on their first programs
+        rates: dict[str, list[float]] = {name: [] for name in runners}
+        for _ in range(passes):
+            for name, run_pass in runners.items():
+                rates[name].append(run_pass())
+    return {name: round(statistics.median(r), 1) for name, r in rates.items()}
 
 
-def humaneval_pool(envs: int, batch: int, passes: int) -> float:
-    tasks = {t.task_id: t for t in load_humaneval()}
-    best = 0.0
-    with EnvPool(num_envs=envs, num_workers=envs, batch_size=batch) as pool:
-        _, infos = pool.reset()
-        serving = {i["env_id"]: i["task_id"] for i in infos}
-        ids = sorted(serving)
-        for p in range(passes + 1):  # pass 0 warms the sandboxes
-            done = 0
-            t0 = time.perf_counter()
-            while done < len(tasks):
-                pool.send(np.stack([encode_bytes(tasks[serving[e]].canonical_solution, 8192) for e in ids]))
-                _, _, _, _, infos, env_ids, _ = pool.recv()
-                for info in infos:
-                    if "status" in info:  # a step result (async batches may also carry reset infos)
-                        assert info["status"] == "ok", info
-                        serving[info["env_id"]] = info["next_task_id"]
-                        done += 1
-                    else:
-                        serving[info["env_id"]] = info["task_id"]
-                ids = env_ids.tolist()
-            if p:
-                best = max(best, done / (time.perf_counter() - t0))
-    return round(best, 1)
+def pool_pass(pool: EnvPool, tasks: dict[str, Any]) -> Callable[[], float]:
+    """A pass of every task through `pool`, each env served its next task in the step that ran its
+    last one; returns runs/s."""
+    _, infos = pool.reset()
+    serving = {i["env_id"]: i["task_id"] for i in infos}
+    ids = sorted(serving)
+
+    def one_pass() -> float:
+        nonlocal ids
+        done = 0
+        t0 = time.perf_counter()
+        while done < len(tasks):
+            pool.send(np.stack([encode_bytes(tasks[serving[e]].canonical_solution, 8192) for e in ids]))
+            _, _, _, _, infos, env_ids, _ = pool.recv()
+            for info in infos:
+                if "status" in info:  # a step result (async batches may also carry reset infos)
+                    assert info["status"] == "ok", info
+                    serving[info["env_id"]] = info["next_task_id"]
+                    done += 1
+                else:
+                    serving[info["env_id"]] = info["task_id"]
+            ids = env_ids.tolist()
+        return done / (time.perf_counter() - t0)
+
+    return one_pass
 
 
 def pool_first_job_s(envs: int, starts: int = 3) -> dict[str, float]:
@@ -178,7 +192,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--envs", type=int, default=8)
-    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--pool-start-only", action="store_true", help="only pool_first_job_s (paired runs)")
     args = parser.parse_args()
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
@@ -197,21 +211,16 @@ def main() -> None:
         "bare_python3": bare,
         "trivial_run": trivial,
     }
+    # Before any other pool: the first one of a process also starts the helper process workers fork from.
+    report[f"pool_{args.envs}_first_job_s"] = pool_first_job_s(args.envs)
     sb = make_sandbox("bwrap")
     try:
-        report["humaneval164_runs_per_s"] = {
-            "serial_loop": humaneval_serial(sb, args.passes),
-            f"thread_pool_{args.threads}": humaneval_threads(sb, args.threads, args.passes),
-        }
+        he = humaneval_rates(sb, args.threads, args.envs, args.passes)
     finally:
         sb.close()
-    # Before any other pool: the first one of a process also starts the helper workers fork from.
-    report[f"pool_{args.envs}_first_job_s"] = pool_first_job_s(args.envs)
-    he = report["humaneval164_runs_per_s"]
-    he[f"pufferlib_pool_{args.envs}_sync"] = humaneval_pool(args.envs, args.envs, args.passes)
-    he[f"pufferlib_pool_{args.envs}_async_half"] = humaneval_pool(args.envs, args.envs // 2, args.passes)
     best_pool = max(he[f"pufferlib_pool_{args.envs}_sync"], he[f"pufferlib_pool_{args.envs}_async_half"])
     he["pool_over_thread_pool"] = round(best_pool / he[f"thread_pool_{args.threads}"], 3)
+    report[f"humaneval164_runs_per_s_median_of_{args.passes}"] = he
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
