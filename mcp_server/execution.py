@@ -6,6 +6,8 @@ search never pays for it, and `tools/list` stays fast.
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,10 @@ log = structlog.get_logger(__name__)
 
 
 VENV_NAMES = (".venv", "venv")
+# setuptools' editable install of a layout that a plain path cannot express: its .pth imports a
+# module whose literal `MAPPING` names each top-level package's folder.
+_FINDER_IMPORT = re.compile(r"import\s+(__editable___\w+_finder)\b")
+_FINDER_MAPPING = re.compile(r"^MAPPING\b[^=]*=\s*(\{.*\})\s*$", re.MULTILINE)
 
 
 def project_site(workspace: Path | None) -> Path | None:
@@ -39,6 +45,53 @@ def project_site(workspace: Path | None) -> Path | None:
         if (venv / "pyvenv.cfg").is_file() and site.is_dir():
             return site.resolve()
     return None
+
+
+def editable_paths(site: Path, workspace: Path) -> tuple[str, ...]:
+    """The workspace's folders that the `.pth` files of `site` put on `sys.path`, relative to the
+    workspace and in the order Python adds them: where an editable install (`pip install -e .`)
+    points, `src` for a src layout. The sandbox reads no `.pth` file (the site is on its
+    PYTHONPATH, not a site directory) and holds the workspace's files, not the host's folders, so
+    it puts these, under each run's own copy of the workspace, on the path instead. A folder
+    outside the workspace is not in the sandbox and is left out."""
+    root = workspace.resolve()
+    found: list[str] = []
+    for pth in sorted(site.glob("*.pth")):
+        try:
+            lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in (raw.strip() for raw in lines):
+            if not line or line.startswith("#"):
+                continue
+            finder = _FINDER_IMPORT.match(line)
+            if line.startswith(("import ", "import\t")) and finder is None:
+                continue  # other code a .pth runs at start-up: not a path
+            folders = _finder_folders(site / f"{finder.group(1)}.py") if finder else [site / line]
+            for folder in folders:
+                rel = _relative(folder, root)
+                if rel is not None and rel not in found:
+                    found.append(rel)
+    return tuple(found)
+
+
+def _finder_folders(finder: Path) -> list[Path]:
+    """The folders holding the packages a setuptools editable finder maps (their parents)."""
+    try:
+        mapping = _FINDER_MAPPING.search(finder.read_text(encoding="utf-8", errors="replace"))
+        packages = ast.literal_eval(mapping.group(1)) if mapping else {}
+    except (OSError, ValueError, SyntaxError):
+        return []
+    if not isinstance(packages, dict):
+        return []
+    return [Path(folder).parent for folder in packages.values() if isinstance(folder, str)]
+
+
+def _relative(folder: Path, root: Path) -> str | None:
+    try:
+        return folder.resolve().relative_to(root).as_posix()
+    except (ValueError, OSError):
+        return None
 
 
 @dataclass
@@ -65,15 +118,21 @@ class ExecutionHub:
 
         if self.settings.sandbox == "unsafe-local":
             log.warning("unsandboxed_execution", detail="RLIDE_SANDBOX=unsafe-local: agent code runs on the host")
-        site = project_site(self.settings.served_workspace) if self.settings.sandbox.startswith("bwrap") else None
+        workspace = self.settings.served_workspace
+        site = project_site(workspace) if self.settings.sandbox.startswith("bwrap") else None
+        paths = editable_paths(site, workspace) if site is not None and workspace is not None else ()
         pool = EnvPool(
             num_envs=self.settings.pool_envs,
             sandbox=self.settings.sandbox,
             tasks="humaneval",
-            sandbox_options={"project_site": str(site)} if site is not None else None,
+            sandbox_options={"project_site": str(site), "project_paths": paths} if site is not None else None,
         )
         log.info(
-            "execution_pool_started", sandbox=self.settings.sandbox, envs=self.settings.pool_envs, project_site=site
+            "execution_pool_started",
+            sandbox=self.settings.sandbox,
+            envs=self.settings.pool_envs,
+            project_site=site,
+            project_paths=paths,
         )
         return pool
 

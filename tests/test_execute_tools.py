@@ -134,6 +134,37 @@ async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: S
     assert [s.tool for s in detail.steps] == ["start_episode", "run_tests", "run_tests", "run_tests"]
 
 
+def commit_all(root: Path, *, home: Path) -> str:
+    """`git init` at `root` if need be, commit every file git does not ignore; returns HEAD."""
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, env=env)
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def editable_install(project: Path) -> Path:
+    """A virtualenv at project/.venv holding the project installed as `pip install -e .` does it (a
+    real PEP 660 build by setuptools, offline); returns its site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--prefix", str(project / ".venv"), "-e", str(project)], check=True, capture_output=True)
+    return site_packages(project / ".venv")
+
+
+PYPROJECT = """[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "mypkg"
+version = "0.1"
+"""
+
+
 @pytest.mark.anyio
 async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> None:
     """An agent working in the repository asks for `python -m pytest`: the project's files as on disk
@@ -149,12 +180,9 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     (root / ".env").write_text("TOKEN=secret\n")
     # The project's virtualenv: its site-packages is bound read-only, so its tests import their dependencies.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")], check=True)
-    site = root / ".venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site = site_packages(root / ".venv")
     (site / "fancylib.py").write_text("ANSWER = 42\n")
-    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "HOME": str(tmp_path)}
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(root), *args], check=True, env={**env, "PATH": "/usr/bin:/bin"})
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = commit_all(root, home=tmp_path)
     settings = load_settings(home=tmp_path / "home", workspace=root, pool_envs=1)
     command = {"test_command": "python -m pytest -q"}
     async with Client(build_server(settings), mode="legacy") as client:
@@ -199,6 +227,62 @@ def test_a_project_site_is_one_this_python_can_load(tmp_path: Path) -> None:
     assert project_site(tmp_path) == tmp_path / "venv" / "lib" / version / "site-packages"
     (tmp_path / "venv" / "pyvenv.cfg").unlink()
     assert project_site(tmp_path) is None  # a folder named venv is not a virtualenv
+
+
+@pytest.mark.anyio
+async def test_a_src_layout_project_installed_editable_imports_itself_in_the_sandbox(tmp_path: Path) -> None:
+    """`pip install -e .` of a src layout puts `src` on the path through a .pth file, which the
+    sandbox does not read: its tests import the package from the run's copy of `src` anyway, both
+    under pytest in a subprocess and as `tests` run in the sandbox's own interpreter."""
+    root = tmp_path / "project"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "src" / "mypkg" / "__init__.py").write_text("def answer():\n    return 42\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_answer.py").write_text(
+        "from mypkg import answer\n\ndef test_it():\n    assert answer() == 42\n"
+    )
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / ".gitignore").write_text(".venv/\n*.egg-info/\n")
+    editable_install(root)
+    commit_all(root, home=tmp_path)
+    settings = load_settings(home=tmp_path / "home", workspace=root, pool_envs=1)
+    async with Client(build_server(settings), mode="legacy") as client:
+        pytest_run = await call_ok(client, "run_tests", {"test_command": "python -m pytest -q tests"})
+        assert (pytest_run["passed"], pytest_run["tests_passed"]) == (True, 1), pytest_run
+        # The run's own copy: an edit sent with the call is what the package import sees.
+        edited = await call_ok(
+            client,
+            "run_tests",
+            {
+                "test_command": "python -m pytest -q tests",
+                "files": {"src/mypkg/__init__.py": "def answer():\n    return 0\n"},
+            },
+        )
+        assert (edited["tests_passed"], edited["tests_failed"]) == (0, 1), edited
+        inline = await call_ok(client, "run_tests", {"tests": "import mypkg\n\nassert mypkg.answer() == 42\n"})
+        assert inline["passed"] is True, inline
+
+
+def test_editable_paths_are_the_workspace_folders_pth_files_add(tmp_path: Path) -> None:
+    """Path lines and setuptools' finder mappings (a flat layout's editable install), both from
+    real installs; a folder outside the workspace, code lines and comments give nothing."""
+    from mcp_server.execution import editable_paths
+
+    flat = tmp_path / "flat"
+    (flat / "mypkg").mkdir(parents=True)
+    (flat / "mypkg" / "__init__.py").write_text("")
+    (flat / "pyproject.toml").write_text(PYPROJECT)
+    site = editable_install(flat)
+    assert editable_paths(site, flat) == (".",)  # the finder maps mypkg to flat/mypkg
+    src = tmp_path / "src-layout"
+    (src / "src" / "mypkg").mkdir(parents=True)
+    (src / "src" / "mypkg" / "__init__.py").write_text("")
+    (src / "pyproject.toml").write_text(PYPROJECT)
+    site = editable_install(src)
+    assert editable_paths(site, src) == ("src",)
+    (site / "zz_more.pth").write_text(f"# a comment\n{tmp_path}\nimport os; os.getcwd()\n{src}/lib\n\n")
+    assert editable_paths(site, src) == ("src", "lib")  # tmp_path is outside the workspace
+    assert editable_paths(site, src / "src") == (".",)
 
 
 @pytest.mark.anyio

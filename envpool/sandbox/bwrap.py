@@ -18,6 +18,7 @@ ends every run), and a cgroup memory+pids ceiling per server (`cgroups.py`, root
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -68,6 +69,9 @@ class BwrapConfig:
     project_site: str | None = None
     """The site-packages of the project's virtualenv (`run_tests` on the served workspace: its tests
     import its dependencies), bound read-only at /opt/project-site; the rest of the venv stays out."""
+    project_paths: tuple[str, ...] = ()
+    """Folders of the workspace, relative to it, that the project's `.pth` files put on the path
+    (an editable install's `src`): each run's copy of them goes on PYTHONPATH after the site."""
     forkserver: Path = FORKSERVER_SCRIPT
     """The fork-server script bound into the sandbox (benchmarks/forkserver_ab.py runs an older one)."""
 
@@ -160,5 +164,6 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--ws-root", WORKSPACE,
             "--sweep", sweep, "--own-pidns", "1",
             "--once", "1" if once else "0",
+            "--project-paths", json.dumps(list(self.config.project_paths)),
         ]  # fmt: skip
         return argv

@@ -159,12 +159,13 @@ class PythonProgram:
     faults (importing `_sitebuiltins` alone, which `-S` leaves out, was 0.7 ms). The server never
     uses them: each child inherits them unused."""
 
-    def __init__(self, env: Json) -> None:
+    def __init__(self, env: Json, path: list[str]) -> None:
         import _sitebuiltins
 
         os.environ.clear()
         os.environ.update(env)
         self.env = dict(env)
+        self.path = path  # PYTHONPATH; a relative entry is a folder of the run's workspace
         # closefd=False: the server's own fds 0 and 1 are its protocol pipes, never to be closed.
         self.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         self.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
@@ -183,7 +184,9 @@ class PythonProgram:
         # Kept alive, not freed: freeing the server's objects in a child only costs page faults.
         self.displaced = (sys.stdin, sys.stdout, sys.stderr, sys.modules.get("__main__"))
         env = {**self.env, "HOME": ws, "TMPDIR": ws}
-        os.environ["HOME"] = os.environ["TMPDIR"] = ws
+        if self.path:
+            env["PYTHONPATH"] = ":".join(os.path.normpath(os.path.join(ws, entry)) for entry in self.path)
+        os.environ.update(env)
         sys.stdin = sys.__stdin__ = self.stdin  # type: ignore[misc]
         sys.stdout = sys.__stdout__ = self.stdout  # type: ignore[misc]
         sys.stderr = sys.__stderr__ = self.stderr  # type: ignore[misc]
@@ -232,7 +235,16 @@ class PythonProgram:
 
 
 class Server:
-    def __init__(self, uid: int, gid: int, ws_root: str, sweep: str, *, own_pidns: bool = False) -> None:
+    def __init__(
+        self,
+        uid: int,
+        gid: int,
+        ws_root: str,
+        sweep: str,
+        *,
+        own_pidns: bool = False,
+        project_paths: tuple[str, ...] = (),
+    ) -> None:
         self.uid, self.gid = uid, gid
         self.ws_root = ws_root
         self.sweep_mode = sweep  # "uid" | "pidns" | "pgroup"
@@ -251,12 +263,11 @@ class Server:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
         }
-        # The project's own dependencies first (its pinned pytest and plugins too), then pytest and
-        # friends; both read-only (see bwrap.py).
-        sites = [site for site in (PROJECT_SITE, TOOLS_SITE) if os.path.isdir(site)]
-        if sites:
-            env["PYTHONPATH"] = ":".join(sites)
-        self.python = PythonProgram(env)
+        # The project's own dependencies first (its pinned pytest and plugins too), then the folders
+        # of the workspace its .pth files add (an editable install's src, where Python's site would
+        # put them: after the site), then pytest and friends; the sites read-only (see bwrap.py).
+        project = [PROJECT_SITE, *project_paths] if os.path.isdir(PROJECT_SITE) else []
+        self.python = PythonProgram(env, [*project, *([TOOLS_SITE] if os.path.isdir(TOOLS_SITE) else [])])
         # Answering on the child's report means scanning /proc for what it left (see sweep): cheap
         # in a sandbox's own PID namespace, ~5 ms over a whole host's processes (unsafe-local).
         self.answer_on_report = own_pidns
@@ -696,6 +707,7 @@ def main(argv: list[str]) -> None:
         ws_root=args["--ws-root"],
         sweep=args.get("--sweep", "uid"),
         own_pidns=args.get("--own-pidns") == "1",  # the backend started us in a PID namespace of our own
+        project_paths=tuple(str(p) for p in json.loads(args.get("--project-paths", "[]"))),
     )
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
