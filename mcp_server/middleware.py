@@ -67,6 +67,7 @@ class EpisodeRecorder:
     """The served workspace: the episodes this server starts are in it unless start_episode names
     another, so a test run recorded with only a commit can be re-checked in that repository."""
     _current: dict[str, str] = field(default_factory=dict)
+    _last_ended: dict[str, str] = field(default_factory=dict)
     _process_key: str = field(default_factory=lambda: f"proc-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -100,7 +101,15 @@ class EpisodeRecorder:
         for key in [k for k, v in self._current.items() if v == episode_id]:
             del self._current[key]
 
+    def ended(self, session_key: str, episode_id: str) -> None:
+        """The session ended `episode_id`: feedback that follows without an id is about it."""
+        self._last_ended[session_key] = episode_id
+
+    def last_ended(self, session_key: str) -> str | None:
+        return self._last_ended.get(session_key)
+
     async def close_session(self, session_key: str, reason: str) -> None:
+        self._last_ended.pop(session_key, None)
         episode_id = self._current.pop(session_key, None)
         if episode_id is None:
             return

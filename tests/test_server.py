@@ -85,6 +85,27 @@ async def test_a_full_episode_is_recorded(client: Client, settings: Settings) ->
 
 
 @pytest.mark.anyio
+async def test_feedback_after_end_episode_rates_the_episode_just_ended(client: Client, settings: Settings) -> None:
+    """A person's verdict usually comes once the agent says it is done: without an id it goes to the
+    episode the session ended last, and the call is a step of that episode, not of a new one."""
+    started = await call_ok(client, "start_episode", {"task": "rename the helper"})
+    await call_ok(client, "end_episode", {"outcome": "success", "summary": "renamed"})
+    fb = await call_ok(client, "give_feedback", {"rating": -0.5, "comment": "it broke the build"})
+    assert fb["episode_id"] == started["episode_id"] and fb["reward_total"] == pytest.approx(0.5)
+    # Ending takes an open episode; and a later call outside any episode opens an implicit one,
+    # which feedback then rates.
+    assert "call start_episode first" in await call_error(client, "end_episode", {"outcome": "failure"})
+    later = await call_ok(client, "give_feedback", {"rating": 1})
+    store = _log(settings)
+    detail = store.detail(started["episode_id"])
+    implicit = store.detail(later["episode_id"])
+    store.close()
+    assert [s.tool for s in detail.steps] == ["start_episode", "end_episode", "give_feedback"]
+    assert [r.value for r in detail.rewards] == [1.0, -0.5]
+    assert implicit.episode.implicit and [s.tool for s in implicit.steps] == ["end_episode", "give_feedback"]
+
+
+@pytest.mark.anyio
 async def test_calls_outside_an_episode_go_to_an_implicit_one(client: Client, settings: Settings) -> None:
     await call_ok(client, "list_episodes", {})
     await call_ok(client, "list_episodes", {"limit": 5})

@@ -11,7 +11,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from mcp_server.middleware import client_name
+from mcp_server.middleware import client_name, note_step
 from mcp_server.state import AppState, app_state
 from training.db import EpisodeClosed, EpisodeNotFound
 from training.records import Episode, EpisodeStatus, RewardSource
@@ -54,10 +54,12 @@ class ListEpisodesResult(BaseModel):
     next_offset: int | None = Field(None, description="Call again with offset=next_offset for more.")
 
 
-def _resolve(state: AppState, ctx: Context[Any, Any], episode_id: str | None) -> str:
+def _resolve(state: AppState, ctx: Context[Any, Any], episode_id: str | None, *, or_ended: bool = False) -> str:
+    """`episode_id`, else the session's open episode, else (`or_ended`) the one it ended last."""
     if episode_id:
         return episode_id
-    current = state.recorder.current(state.recorder.session_key(ctx.request_context))
+    key = state.recorder.session_key(ctx.request_context)
+    current = state.recorder.current(key) or (state.recorder.last_ended(key) if or_ended else None)
     if current is None:
         raise ToolError("this session has no open episode: pass episode_id, or call start_episode first")
     return current
@@ -120,6 +122,7 @@ async def end_episode(
     except EpisodeClosed as exc:
         raise ToolError(f"{exc}; start_episode begins a new one") from exc
     state.recorder.unbind(target)
+    state.recorder.ended(state.recorder.session_key(ctx.request_context), target)
     reward = OUTCOME_REWARD.get(status)
     if reward is not None:
         await state.recorder.run(state.store.add_reward, target, RewardSource.outcome, reward, f"outcome: {outcome}")
@@ -156,9 +159,14 @@ async def give_feedback(
     episode_id: EpisodeId = None,
     comment: Annotated[str | None, Field(max_length=20_000, description="Why, in the rater's words.")] = None,
 ) -> FeedbackResult:
-    """Record a human's or an agent's verdict on an episode as a reward. Works on open and ended episodes."""
+    """Record a human's or an agent's verdict on an episode as a reward. Works on open and ended episodes.
+
+    Without episode_id: the session's open episode, else the one it ended last (feedback on a task
+    just finished)."""
     state = app_state(ctx)
-    target = _resolve(state, ctx, episode_id)
+    target = _resolve(state, ctx, episode_id, or_ended=True)
+    if target != episode_id and target != state.recorder.current(state.recorder.session_key(ctx.request_context)):
+        note_step(episode_id=target)  # this call is a step of the ended episode it rates, not of a new one
     try:
         reward = await state.recorder.run(state.store.add_reward, target, RewardSource.feedback, rating, comment)
     except EpisodeNotFound as exc:
