@@ -96,10 +96,12 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise BadRequest("messages must be a non-empty list of {role, content} objects")
-    n = body.get("n", 1)
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", 256))
-    temperature = body.get("temperature", 1.0)
-    top_p = body.get("top_p", 1.0)
+    # OpenAI's options are nullable: a client that writes every field (`"temperature": null`) means
+    # the default, as the OpenAI and vLLM servers read it.
+    n = _given(body, "n", 1)
+    max_tokens = _given(body, "max_completion_tokens", _given(body, "max_tokens", 256))
+    temperature = _given(body, "temperature", 1.0)
+    top_p = _given(body, "top_p", 1.0)
     seed = body.get("seed")
     tools = body.get("tools")
     if not isinstance(n, int) or not 1 <= n <= 16:
@@ -133,6 +135,11 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     }
 
 
+def _given(body: dict[str, Any], key: str, default: Any) -> Any:
+    value = body.get(key)
+    return default if value is None else value
+
+
 def _stop_strings(stop: Any) -> list[str] | None:
     """OpenAI's `stop`: a string or up to 4 of them."""
     stop = [stop] if isinstance(stop, str) else stop
@@ -145,7 +152,7 @@ def _stop_strings(stop: Any) -> list[str] | None:
 
 def _streaming(body: dict[str, Any]) -> tuple[bool, bool]:
     """(stream, include the usage chunk) of a request."""
-    stream, options = body.get("stream", False), body.get("stream_options") or {}
+    stream, options = _given(body, "stream", False), body.get("stream_options") or {}
     if not isinstance(stream, bool) or not isinstance(options, dict):
         raise BadRequest("stream must be true or false, stream_options an object")
     return stream, stream and bool(options.get("include_usage", False))

@@ -78,6 +78,22 @@ def test_stream_must_be_a_boolean(store: EpisodeStore) -> None:
     assert refused.status_code == 400 and "stream must be true or false" in json.dumps(refused.json())
 
 
+def test_options_sent_as_null_mean_their_defaults(store: EpisodeStore) -> None:
+    """Clients that write every field of the request send `null` for the options they leave alone;
+    OpenAI's schema makes them nullable, so that is the default, not a bad request."""
+    engine = CannedEngine()
+    http = TestClient(Gateway(engine, store).app)
+    episode_id = http.post("/episodes", json={"task": "answer"}).json()["episode_id"]
+    nulls = ("n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "tools", "stream")
+    body = {"model": "student", "messages": [{"role": "user", "content": "x"}], **dict.fromkeys(nulls)}
+    answered = http.post(f"/episodes/{episode_id}/v1/chat/completions", json={**body, "stream_options": None})
+    assert answered.status_code == 200, answered.text
+    assert len(answered.json()["choices"]) == 1 and answered.json()["choices"][0]["message"]["content"] == "42"
+    assert (engine.max_tokens, engine.stops, engine.options) == ([256], [None], [{"top_p": 1.0}])
+    [turn] = store.turns.policy_turns(episode_id)
+    assert turn.request["params"] == {"max_tokens": 256, "temperature": 1.0, "top_p": 1.0, "seed": None}
+
+
 def test_max_tokens_past_the_limit_is_capped_not_refused(store: EpisodeStore) -> None:
     """Agents send their own model's output limit (16k, 32k); a refusal would lose the episode."""
     engine = CannedEngine()
