@@ -31,17 +31,28 @@ _FINDER_IMPORT = re.compile(r"import\s+(__editable___\w+_finder)\b")
 _FINDER_MAPPING = re.compile(r"^MAPPING\b[^=]*=\s*(\{.*\})\s*$", re.MULTILINE)
 
 
-def project_site(workspace: Path | None) -> Path | None:
-    """The site-packages of the workspace's virtualenv (`.venv` or `venv`), if it was made for this
-    Python's version: the sandbox runs this interpreter, which cannot load another version's
-    compiled modules. Bound read-only into bwrap sandboxes, so the project's tests import its
-    dependencies; read when the pool starts (a virtualenv made later needs a server restart)."""
-    if workspace is None:
+def sandbox_python(sandbox: str) -> str | None:
+    """The `major.minor` of the Python that `sandbox` runs programs with, or None where no project
+    virtualenv is bound (unsafe-local, or a docker image that does not say)."""
+    if sandbox.startswith("bwrap"):  # the host's own interpreter, bound read-only
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    if sandbox == "docker":
+        from envpool.sandbox.docker import image_python
+
+        return image_python()
+    return None
+
+
+def project_site(workspace: Path | None, python: str | None) -> Path | None:
+    """The site-packages of the workspace's virtualenv (`.venv` or `venv`), if it was made for the
+    sandbox's Python version `python`, since another version's compiled modules would not load.
+    Bound read-only into the sandbox, so the project's tests import its dependencies; read when the
+    pool starts (a virtualenv made later needs a server restart)."""
+    if workspace is None or python is None:
         return None
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for name in VENV_NAMES:
         venv = workspace / name
-        site = venv / "lib" / version / "site-packages"
+        site = venv / "lib" / f"python{python}" / "site-packages"
         if (venv / "pyvenv.cfg").is_file() and site.is_dir():
             return site.resolve()
     return None
@@ -119,7 +130,7 @@ class ExecutionHub:
         if self.settings.sandbox == "unsafe-local":
             log.warning("unsandboxed_execution", detail="RLIDE_SANDBOX=unsafe-local: agent code runs on the host")
         workspace = self.settings.served_workspace
-        site = project_site(workspace) if self.settings.sandbox.startswith("bwrap") else None
+        site = project_site(workspace, sandbox_python(self.settings.sandbox))
         paths = editable_paths(site, workspace) if site is not None and workspace is not None else ()
         pool = EnvPool(
             num_envs=self.settings.pool_envs,

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The optional docker sandbox backend: Debian's docker.io and debootstrap (root only, and only
 # where no docker is installed at all, so a docker-ce install is left alone), and the sandbox image
-# rlide-sandbox:bookworm built locally with debootstrap + docker import (no image registry is
-# reachable here). An engine is started only for the import and stopped after; the tests start
+# rlide-sandbox:bookworm-2 built locally with debootstrap + docker import (no image registry is
+# reachable here): Python, and `patch` for run_tests' patches; pytest and a project's virtualenv
+# are bound in from the host (envpool/sandbox/docker.py). The label says which Python it has, so
+# a project's virtualenv is bound only into an image whose Python can load it. An engine is started only for the import and stopped after; the tests start
 # their own. Never fails the set-up: without it, the docker backend says why it is unavailable.
 set -uo pipefail
-IMAGE="${RLIDE_DOCKER_IMAGE:-rlide-sandbox:bookworm}"
+IMAGE="${RLIDE_DOCKER_IMAGE:-rlide-sandbox:bookworm-2}"
 say() { printf '[setup_docker] %s\n' "$*" >&2; }
 skip() { say "docker backend not set up: $*"; exit 0; }
 
@@ -41,8 +43,10 @@ mirror="$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/n
 [[ -n $mirror ]] || skip "no apt mirror configured to debootstrap from"
 rootfs="$(mktemp -d /tmp/rlide-rootfs.XXXXXX)"
 say "building $IMAGE with debootstrap from the machine's apt mirror (a few minutes, once)"
-if debootstrap --variant=minbase --include=python3-minimal,libpython3.11-stdlib bookworm "$rootfs" "$mirror" \
-     >/tmp/rlide-debootstrap.log 2>&1 && tar -C "$rootfs" -c . | docker import - "$IMAGE" >/dev/null; then
+if debootstrap --variant=minbase --include=python3-minimal,libpython3.11-stdlib,patch bookworm "$rootfs" "$mirror" \
+     >/tmp/rlide-debootstrap.log 2>&1 \
+   && python="$(chroot "$rootfs" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+   && tar -C "$rootfs" -c . | docker import --change "LABEL rlide.python=$python" - "$IMAGE" >/dev/null; then
   say "$IMAGE is ready"
 else
   say "docker backend not set up: building $IMAGE failed (/tmp/rlide-debootstrap.log)"

@@ -215,18 +215,22 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     assert (scenario.workspace_ref, scenario.workspace) == (head, str(root))
 
 
-def test_a_project_site_is_one_this_python_can_load(tmp_path: Path) -> None:
-    from mcp_server.execution import project_site
+def test_a_project_site_is_one_the_sandboxs_python_can_load(tmp_path: Path) -> None:
+    from mcp_server.execution import project_site, sandbox_python
 
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    assert project_site(None) is None and project_site(tmp_path) is None
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert sandbox_python("bwrap") == sandbox_python("bwrap-fresh") == python
+    assert sandbox_python("unsafe-local") is None  # the host's own environment: nothing to bind
+    assert project_site(None, python) is None and project_site(tmp_path, python) is None
     (tmp_path / "venv" / "lib" / "python3.9" / "site-packages").mkdir(parents=True)
     (tmp_path / "venv" / "pyvenv.cfg").write_text("version = 3.9.18\n")
-    assert project_site(tmp_path) is None  # another version's compiled modules would not load
-    (tmp_path / "venv" / "lib" / version / "site-packages").mkdir(parents=True)
-    assert project_site(tmp_path) == tmp_path / "venv" / "lib" / version / "site-packages"
+    assert project_site(tmp_path, python) is None  # another version's compiled modules would not load
+    assert project_site(tmp_path, "3.9") == tmp_path / "venv" / "lib" / "python3.9" / "site-packages"
+    assert project_site(tmp_path, None) is None  # a sandbox whose Python is unknown
+    (tmp_path / "venv" / "lib" / f"python{python}" / "site-packages").mkdir(parents=True)
+    assert project_site(tmp_path, python) == tmp_path / "venv" / "lib" / f"python{python}" / "site-packages"
     (tmp_path / "venv" / "pyvenv.cfg").unlink()
-    assert project_site(tmp_path) is None  # a folder named venv is not a virtualenv
+    assert project_site(tmp_path, python) is None  # a folder named venv is not a virtualenv
 
 
 @pytest.mark.anyio

@@ -18,7 +18,6 @@ ends every run), and a cgroup memory+pids ceiling per server (`cgroups.py`, root
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -32,21 +31,18 @@ from envpool.sandbox._client import FORKSERVER_SCRIPT, PAYLOAD_FD
 from envpool.sandbox.base import SandboxUnavailable
 from envpool.sandbox.pooled import PooledForkServerSandbox
 from envpool.sandbox.seccomp import filter_bytes
+from envpool.sandbox.sites import PythonSites
 
 log = structlog.get_logger(__name__)
 
 SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 SANDBOX_PYTHON_HOME = "/opt/python"
 SANDBOX_SCRIPT = "/opt/rlide/forkserver.py"
-SANDBOX_TOOLS_SITE = "/opt/tools-site"
-"""Where the read-only site of test tools (pytest) appears inside the sandbox; on PYTHONPATH."""
-SANDBOX_PROJECT_SITE = "/opt/project-site"
-"""Where a project's own site-packages appears inside the sandbox; first on PYTHONPATH."""
 WORKSPACE = "/ws"
 
 
 @dataclass(frozen=True)
-class BwrapConfig:
+class BwrapConfig(PythonSites):
     fresh: bool = False
     """True: start a new bwrap per run (about +30 ms) instead of forking from a warm server."""
     workspace_mb: int = 256
@@ -61,17 +57,6 @@ class BwrapConfig:
     cgroups: bool = True
     seccomp: bool = True
     """Deny-list of risky syscalls (namespaces, mount, ptrace, bpf, ...): envpool/sandbox/seccomp.py."""
-    tools_site: str = os.environ.get(
-        "RLIDE_SANDBOX_TOOLS", str(Path(__file__).resolve().parents[2] / ".tools" / "sandbox-site")
-    )
-    """Directory of pure-Python test tools (pytest) bound read-only at /opt/tools-site, if it exists.
-    `make setup` fills it with `pip install --target`; the host's virtualenv stays invisible."""
-    project_site: str | None = None
-    """The site-packages of the project's virtualenv (`run_tests` on the served workspace: its tests
-    import its dependencies), bound read-only at /opt/project-site; the rest of the venv stays out."""
-    project_paths: tuple[str, ...] = ()
-    """Folders of the workspace, relative to it, that the project's `.pth` files put on the path
-    (an editable install's `src`): each run's copy of them goes on PYTHONPATH after the site."""
     forkserver: Path = FORKSERVER_SCRIPT
     """The fork-server script bound into the sandbox (benchmarks/forkserver_ab.py runs an older one)."""
 
@@ -140,8 +125,7 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--ro-bind-try", "/etc/ssl/openssl.cnf", "/etc/ssl/openssl.cnf",  # node reads it at start
             "--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
             *py_binds,
-            "--ro-bind-try", self.config.tools_site, SANDBOX_TOOLS_SITE,
-            *(["--ro-bind", self.config.project_site, SANDBOX_PROJECT_SITE] if self.config.project_site else []),
+            *(arg for host, inside in self.config.mounts() for arg in ("--ro-bind", host, inside)),
             "--ro-bind", str(self.config.forkserver), SANDBOX_SCRIPT,
             "--proc", "/proc",
             "--dev", "/dev",
@@ -164,6 +148,6 @@ class BwrapSandbox(PooledForkServerSandbox):
             "--ws-root", WORKSPACE,
             "--sweep", sweep, "--own-pidns", "1",
             "--once", "1" if once else "0",
-            "--project-paths", json.dumps(list(self.config.project_paths)),
+            *self.config.server_args(),
         ]  # fmt: skip
         return argv

@@ -5,7 +5,8 @@ itself is started with `docker run -i` so it speaks the same stdin/stdout protoc
 Container: no network, read-only root, tmpfs workspace, all capabilities dropped except the few the
 server needs to set up runs (children drop to an unprivileged uid and lose them), no-new-privileges,
 cgroup memory and pids limits. Costs about +100 ms to start a server (platform.md), after which runs
-fork from it like under bwrap.
+fork from it like under bwrap. The test tools' site (pytest) and the served project's virtualenv
+are bound read-only as under bwrap (`PythonSites`); the image brings Python and `patch`.
 
 No engine runs on the project's machines by default: tests skip with the reason. Tested with
 dockerd 20.10 (Debian docker.io, iptables and bridge off) and an image made by debootstrap.
@@ -21,15 +22,16 @@ from envpool.sandbox._client import FORKSERVER_SCRIPT
 from envpool.sandbox.base import SandboxUnavailable
 from envpool.sandbox.bwrap import SERVER_CAPS
 from envpool.sandbox.pooled import PooledForkServerSandbox
+from envpool.sandbox.sites import PythonSites
 
 LABEL = "rlide.sandbox"
 #: Built locally by `scripts/setup_docker.sh`, as root (debootstrap + docker import): no image
 #: registry is reachable from the project's machines.
-DEFAULT_IMAGE = "rlide-sandbox:bookworm"
+DEFAULT_IMAGE = "rlide-sandbox:bookworm-2"
 
 
 @dataclass(frozen=True)
-class DockerConfig:
+class DockerConfig(PythonSites):
     image: str = field(default_factory=lambda: os.environ.get("RLIDE_DOCKER_IMAGE", DEFAULT_IMAGE))
     python: str = "python3"
     memory_mb: int = 2048  # whole-container cap (cgroup); each run also has its own rlimit
@@ -59,6 +61,20 @@ def engine_problem(image: str | None = None) -> str | None:
     return None
 
 
+def image_python(image: str | None = None) -> str | None:
+    """The `major.minor` of the image's Python, from the `rlide.python` label setup_docker.sh gives
+    it; None for an image without the label, or no engine. A project's virtualenv is bound only
+    into an image whose Python can load its compiled modules."""
+    try:
+        import docker
+
+        found = docker.from_env(timeout=3).images.get(image or DockerConfig().image)
+    except Exception:  # no SDK, no engine, no image: the backend itself says which when started
+        return None
+    label = (found.labels or {}).get("rlide.python")
+    return label if isinstance(label, str) else None
+
+
 class DockerSandbox(PooledForkServerSandbox):
     name = "docker"
 
@@ -80,12 +96,15 @@ class DockerSandbox(PooledForkServerSandbox):
         ]  # fmt: skip
         for cap in SERVER_CAPS:
             argv += ["--cap-add", cap.removeprefix("CAP_")]
+        for host, inside in [(str(FORKSERVER_SCRIPT), "/opt/rlide/forkserver.py"), *c.mounts()]:
+            # --mount, not -v: a ':' in a path would split -v's value. Its value is CSV, so quoted.
+            argv += ["--mount", f'type=bind,"source={host}","target={inside}",readonly']
         argv += [
-            "-v", f"{FORKSERVER_SCRIPT}:/opt/rlide/forkserver.py:ro",
             "--workdir", "/ws", c.image,
             c.python, "-I", "-S", "/opt/rlide/forkserver.py",
             "--uid", str(uid), "--gid", str(uid), "--ws-root", "/ws",
             "--sweep", "uid", "--own-pidns", "1", "--once", "1" if once else "0",
+            *c.server_args(),
         ]  # fmt: skip
         return argv
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envpool.sandbox.base import RunRequest, RunStatus
-from envpool.sandbox.docker import DockerSandbox
+from envpool.sandbox.base import RunRequest, RunStatus, TestRunRequest, prepare_test_run
+from envpool.sandbox.docker import DockerConfig, DockerSandbox, image_python
 
 ENVPOOL = Path(__file__).resolve().parents[2] / "envpool"
 
@@ -30,6 +30,35 @@ def test_docker_runs_and_contains(tmp_path: Path) -> None:
         assert sb.run(RunRequest(code="print('alive')")).stdout == "alive\n"
     finally:
         sb.close()
+
+
+@pytest.mark.usefixtures("docker_engine")
+def test_docker_runs_a_projects_tests_as_bwrap_does(tmp_path: Path) -> None:
+    """run_tests under docker: pytest from the tools' site, the project's virtualenv site and its
+    editable `src` (the run's own copy), and `patch` from the image."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "fancylib.py").write_text("ANSWER = 42\n")
+    files = {
+        "src/mypkg/__init__.py": "def answer():\n    return 41\n",
+        "tests/test_answer.py": "import fancylib\nfrom mypkg import answer\n\n\ndef test_it():\n"
+        "    assert answer() == fancylib.ANSWER\n",
+    }
+    fix = (
+        "--- a/src/mypkg/__init__.py\n+++ b/src/mypkg/__init__.py\n"
+        "@@ -1,2 +1,2 @@\n def answer():\n-    return 41\n+    return 42\n"
+    )
+    command = "python3 -m pytest -q -p no:cacheprovider tests"
+    sb = DockerSandbox(DockerConfig(project_site=str(site), project_paths=("src",)))
+    try:
+        failing = sb.run(prepare_test_run(TestRunRequest(files=files, test_command=command)))
+        assert failing.exit_code == 1 and "1 failed" in failing.stdout, (failing.stdout, failing.stderr)
+        passing = sb.run(prepare_test_run(TestRunRequest(files=files, patch=fix, test_command=command)))
+        assert passing.ok and "1 passed" in passing.stdout, (passing.stdout, passing.stderr)
+        version = sb.run(RunRequest(code="import sys; print('%d.%d' % sys.version_info[:2])")).stdout.strip()
+    finally:
+        sb.close()
+    assert image_python() == version  # the label setup_docker.sh gives the image says the truth
 
 
 def test_envpool_imports_none_of_the_other_packages() -> None:
