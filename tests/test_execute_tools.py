@@ -16,6 +16,7 @@ from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
 from mcp_server.tools.execute import RunCodeResult, _fit, parse_test_counts, reward_from_tests
+from tests.git_repos import git
 from tests.mcp_calls import call_error, call_ok
 from training.records import RewardSource
 from training.store import EpisodeStore
@@ -134,12 +135,11 @@ async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: S
     assert [s.tool for s in detail.steps] == ["start_episode", "run_tests", "run_tests", "run_tests"]
 
 
-def commit_all(root: Path, *, home: Path) -> str:
+def commit_all(root: Path) -> str:
     """`git init` at `root` if need be, commit every file git does not ignore; returns HEAD."""
-    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "HOME": str(home), "PATH": "/usr/bin:/bin"}
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(root), *args], check=True, env=env)
-    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        git(root, *args)
+    return git(root, "rev-parse", "HEAD")
 
 
 def site_packages(venv: Path) -> Path:
@@ -182,7 +182,7 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")], check=True)
     site = site_packages(root / ".venv")
     (site / "fancylib.py").write_text("ANSWER = 42\n")
-    head = commit_all(root, home=tmp_path)
+    head = commit_all(root)
     settings = load_settings(home=tmp_path / "home", workspace=root, pool_envs=1)
     command = {"test_command": "python -m pytest -q"}
     async with Client(build_server(settings), mode="legacy") as client:
@@ -248,7 +248,7 @@ async def test_a_src_layout_project_installed_editable_imports_itself_in_the_san
     (root / "pyproject.toml").write_text(PYPROJECT)
     (root / ".gitignore").write_text(".venv/\n*.egg-info/\n")
     editable_install(root)
-    commit_all(root, home=tmp_path)
+    commit_all(root)
     settings = load_settings(home=tmp_path / "home", workspace=root, pool_envs=1)
     async with Client(build_server(settings), mode="legacy") as client:
         pytest_run = await call_ok(client, "run_tests", {"test_command": "python -m pytest -q tests"})

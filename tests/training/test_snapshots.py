@@ -5,14 +5,13 @@ A real temporary repository whose tests pass at one commit and fail at the next.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.git_repos import git
 from training.records import EpisodeStatus, RewardSource
 from training.scenarios import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
 from training.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
@@ -27,20 +26,6 @@ FIX = (
     "The fix:\n```diff\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
     " def add(a, b):\n-    return a - b\n+    return a + b\n```"
 )
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-    }
-    done = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 @pytest.fixture
