@@ -93,6 +93,7 @@ class OnnxMiniLM:
             ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
             for _ in range(threads or min(2, usable_cpus()))
         ]
+        self._inputs = [i.name for i in self._sessions[0].get_inputs()]
         self._bulk_lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._query_cache: OrderedDict[str, FloatArray] = OrderedDict()
@@ -140,7 +141,8 @@ class OnnxMiniLM:
         """The mean-pooled, normalised vector of one text's token ids."""
         row = np.asarray([ids], np.int64)
         feed = {"input_ids": row, "attention_mask": np.ones_like(row), "token_type_ids": np.zeros_like(row)}
-        hidden = session.run(None, feed)[0][0]
+        # The prepared graph has no attention_mask (its attention is unmasked: texts run unpadded).
+        hidden = session.run(None, {name: feed[name] for name in self._inputs})[0][0]
         return cast(FloatArray, _normalise(hidden.mean(axis=0, keepdims=True))[0])
 
 

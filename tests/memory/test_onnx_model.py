@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from memory.embedding import OnnxMiniLM
 from memory.errors import EmbedderError
-from memory.onnx_model import drop_nan_guards, prepared_model_path
+from memory.onnx_model import NUM_HEADS, drop_nan_guards, fuse_attention, prepared_model_path, shipped_model_path
 
 CODE = [
     "def read_config(path):\n    with open(path) as fh:\n        return json.load(fh)",
@@ -59,6 +59,46 @@ def test_drop_nan_guards_rewires_only_the_guard() -> None:
     assert drop_nan_guards(model.graph) == 0
 
 
+def _float_graph(tmp_path: Path) -> onnx.ModelProto:
+    """The shipped graph with its int8 weights folded into float32 constants (preparation's step 1)."""
+    folded = tmp_path / "folded.onnx"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(folded)
+    ort.InferenceSession(str(shipped_model_path()), options, providers=["CPUExecutionProvider"])
+    return onnx.load(str(folded))
+
+
+def _hidden_states(model: onnx.ModelProto, ids: list[int]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    row = np.asarray([ids], np.int64)
+    feed = {"input_ids": row, "attention_mask": np.ones_like(row), "token_type_ids": np.zeros_like(row)}
+    return np.asarray(session.run(None, {i.name: feed[i.name] for i in session.get_inputs()})[0])
+
+
+def test_fused_attention_computes_what_the_exported_attention_did(tmp_path: Path) -> None:
+    """Step 3 on the float graph, before quantization, so only the fusion is compared: the same
+    hidden states for unpadded texts of several lengths, from one Attention node per layer."""
+    exported = _float_graph(tmp_path)
+    fused = onnx.ModelProto()
+    fused.CopyFrom(exported)
+    assert fuse_attention(fused, NUM_HEADS) == 6
+    ops = [node.op_type for node in fused.graph.node]
+    assert ops.count("Attention") == 6 and "Softmax" not in ops and "Transpose" not in ops
+    assert "attention_mask" not in {i.name for i in fused.graph.input}  # nothing reads it any more
+    tokenizer = OnnxMiniLM()._tokenizer
+    for text in ["x", "where is the reward computed?", *CODE]:
+        ids = tokenizer.encode(text).ids
+        np.testing.assert_allclose(_hidden_states(fused, ids), _hidden_states(exported, ids), atol=2e-5)
+
+
+def test_fuse_attention_leaves_a_graph_without_the_pattern_alone() -> None:
+    model = _guarded_softmax()
+    before = model.SerializeToString()
+    assert fuse_attention(model, NUM_HEADS) == 0
+    assert model.SerializeToString() == before
+
+
 def test_prepared_graph_matches_the_shipped_one() -> None:
     prepared = OnnxMiniLM()
     shipped = OnnxMiniLM(variant="shipped")
@@ -93,7 +133,7 @@ def test_preparing_from_scratch_is_atomic_under_concurrency(tmp_path: Path) -> N
     assert isinstance(path, Path) and path.parent == cache
     assert sorted(p.name for p in cache.iterdir()) == sorted([".prepare.lock", path.name])  # no half files
     ops = {node.op_type for node in onnx.load(str(path)).graph.node}
-    assert "IsNaN" not in ops and "MatMulInteger" in ops
+    assert "IsNaN" not in ops and "MatMulInteger" in ops and "QAttention" in ops
 
 
 def test_unwritable_model_cache_is_an_actionable_error(tmp_path: Path) -> None:
