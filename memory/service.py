@@ -155,8 +155,9 @@ class MemoryService:
         note = None
         if not status.keyword_complete:
             note = (
-                f"indexing in progress ({status.files_indexed} files so far): results may be missing "
-                "files; search again shortly or call index_status"
+                f"indexing in progress ({status.files_done} of {status.files_changed} changed files chunked,"
+                f" {status.files_indexed} files searchable): results may be missing files; search again"
+                " shortly or call index_status"
             )
         elif not status.complete:
             note = (
