@@ -233,7 +233,7 @@ def episodes_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List episodes, newest first."""
-    from training.records import EpisodeStatus
+    from training.records import EpisodeSource, EpisodeStatus
 
     store = open_store()
     try:
@@ -247,8 +247,10 @@ def episodes_list(
         typer.echo("no episodes yet: connect an IDE (rlide install --help) and call start_episode", err=True)
     for e in episodes:
         reward = "-" if e.reward_total is None else f"{e.reward_total:+.2f}"
+        # A policy episode is made of the student's turns (its tool calls, if any, are its steps).
+        turns = f"turns={e.turn_count:<4} " if e.source is EpisodeSource.policy else ""
         typer.echo(
-            f"{e.id}  {e.created_at:%Y-%m-%d %H:%M}  {e.status.value:<8} steps={e.step_count:<4} "
+            f"{e.id}  {e.created_at:%Y-%m-%d %H:%M}  {e.status.value:<8} steps={e.step_count:<4} {turns}"
             f"reward={reward:<6} {one_line(e.task, 60)}"
         )
 

@@ -104,6 +104,8 @@ def test_a_policy_episode_shows_its_turns(home: Path) -> None:
         2,
         "42",
     )
+    [line] = runner.invoke(app, ["episodes", "list"]).stdout.splitlines()
+    assert " steps=0    turns=1    reward=-" in line
 
 
 def test_unknown_episode_fails_clearly(home: Path) -> None:

@@ -58,7 +58,8 @@ def json_text(value: Any) -> str:
 EPISODE_COLUMNS = (
     "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
-    " (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id)"
+    " (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id),"
+    " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id)"
 )
 """The SELECT list that `episode_from_row` reads, for a query over `episodes e`."""
 
@@ -81,4 +82,5 @@ def episode_from_row(row: Row) -> Episode:
         ended_at=from_epoch(row[10]),
         step_count=int(row[11]),
         reward_total=None if row[12] is None else float(row[12]),
+        turn_count=int(row[13]),
     )

@@ -63,7 +63,8 @@ class Episode(BaseModel):
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None = None
-    step_count: int = 0
+    step_count: int = Field(0, description="Tool calls recorded (through the MCP server).")
+    turn_count: int = Field(0, description="Completions recorded through the policy endpoint (policy episodes).")
     reward_total: float | None = Field(None, description="Sum of the episode's rewards, None if it has none.")
 
 

@@ -91,6 +91,7 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
         assert json.loads(prefix[4]) == turns[1].prompt_token_ids[len(earlier) :]
         ended = http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": reward})
         assert ended.status_code == 200 and ended.json()["reward_total"] == reward
+        assert (ended.json()["turn_count"], ended.json()["step_count"]) == (2, 0)
         episodes.append(episode_id)
 
     # The worker claims the recorded episodes as a GRPO group; ART maps the stored logprobs back
