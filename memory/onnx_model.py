@@ -8,21 +8,22 @@ halves the CPU cost per chunk:
 2. the NaN guards after each softmax (`Where(IsNaN(p), 0, p)`, left by the exporter for rows with
    every key masked) are dropped: BERT masks keys only and [CLS] is never masked, so no row is
    all-masked; they were 15% of the run time;
-3. each layer's self-attention, which the exporter spelled as about 60 nodes (three projections,
-   reshapes and transposes per head, the scaled product, the softmax over an additive mask built from
-   `attention_mask`), becomes one onnxruntime `Attention` node with the three projections packed
-   into one weight. It has no mask: the embedder runs each text alone and unpadded
-   (`memory.embedding.OnnxMiniLM`), so every mask is all ones and adds nothing. Most of a short
-   text's run time was the per-node cost of those shape operations (a 10-token query: 3.3 ms of
-   which about 1 ms in Shape/Slice/Concat/Reshape/Transpose nodes);
+3. each layer's self-attention, which the exporter spelled as about 20 nodes (three projections,
+   reshapes and transposes per head, the scaled product, a softmax) plus, shared by all layers,
+   an additive mask built from `attention_mask` by another 20, becomes one onnxruntime
+   `Attention` node with the three projections packed into one weight. It has no mask: the
+   embedder runs each text alone and unpadded (`memory.embedding.OnnxMiniLM`), so every mask is
+   all ones and adds nothing. For a short text the nodes' own cost dominated: onnxruntime's
+   profiler put a quarter of a 10-token query's run in Shape/Gather/Slice/Concat/Reshape/Transpose
+   nodes;
 4. onnxruntime's BERT fusions (bias + GELU, skip + layer norm) run on what is left;
 5. `quantize_dynamic` rewrites each matmul with a constant weight (and the attention, as
    `QAttention`) as int8 weights (per output channel) times activations quantized per batch, which
    use VNNI where the CPU has it.
 
 Step 3 leaves the vectors as they were (cosine 0.99998 to the graph without it) and runs a query
-about 18% faster. Against the shipped graph the vectors keep a cosine of about 0.994 and retrieval stays level (the
-figures are in docs/search.md). The graph is written once per machine under the user's cache
+about 18% faster. Against the shipped graph the vectors keep a cosine of about 0.994 and retrieval
+stays level (the figures are in docs/search.md). The graph is written once per machine under the user's cache
 directory, keyed by the shipped file's hash and the onnxruntime and recipe versions, atomically and
 under a file lock, so concurrent processes neither race nor read half a file.
 
