@@ -1,12 +1,14 @@
 """CPU training figures: seconds per GRPO step, trainer tokens/s, reward per step, gateway overhead.
 
-    python benchmarks/training_cpu.py [--steps 8] [--requests 2000] [--out DIR]
+    python benchmarks/training_cpu.py [--steps 8] [--requests 2000] [--http-rounds 2000] [--out DIR]
 
 Prints one JSON object; writes DIR/training_cpu.json and DIR/training_cpu_reward.png.
 The trainer is the real `cpu` backend (tiny Qwen2, ART tokenize/pack/loss, LoRA) driven by the
-real worker on the toy task. Gateway overhead is measured in-process over ASGI against a bare
-endpoint that calls the same engine, so the difference is the gateway's own work; the engine is
-a constant one so model time does not drown the figure.
+real worker on the toy task. Gateway overhead is measured against a bare endpoint that calls the
+same engine, so the difference is the gateway's own work; the engine is a constant one so model
+time does not drown the figure. Twice: in-process over ASGI (`gateway`: precise, but whatever runs
+after an answer counts), and over loopback HTTP to uvicorn in a child process (`gateway_http`:
+what a client sees, with the noise of two processes and the network stack).
 """
 
 from __future__ import annotations
@@ -144,29 +146,31 @@ async def _time_requests(
     return times
 
 
-def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
+def bare_app_of(engine: ConstantEngine) -> Any:
+    """ "Calling the endpoint directly": the same engine behind one plain Starlette route."""
     import anyio
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    async def bare(request: Request) -> JSONResponse:
+        body = await request.json()
+        completion = await anyio.to_thread.run_sync(
+            lambda: engine.complete(body["messages"], n=1, max_tokens=8, temperature=1.0, seed=None, tools=None)
+        )
+        return JSONResponse(completion_response("student", completion, True))
+
+    return Starlette(routes=[Route("/v1/chat/completions", bare, methods=["POST"])])
+
+
+def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
     engine = ConstantEngine()
     # An agent's real turn: 256 tokens with logprobs after a ~6,000-token conversation (the long body).
     agent_engine = ConstantEngine(tokens=256, prompt_tokens=6000)
     store = EpisodeStore.open(str(workdir / "gateway.db"))
     gateway = Gateway(engine, store)
     agent_gateway = Gateway(agent_engine, store)
-
-    def bare_app_of(engine: ConstantEngine) -> Starlette:
-        async def bare(request: Request) -> JSONResponse:
-            body = await request.json()
-            completion = await anyio.to_thread.run_sync(
-                lambda: engine.complete(body["messages"], n=1, max_tokens=8, temperature=1.0, seed=None, tools=None)
-            )
-            return JSONResponse(completion_response("student", completion, True))
-
-        return Starlette(routes=[Route("/v1/chat/completions", bare, methods=["POST"])])
 
     bare_app = bare_app_of(engine)
     bare_agent_app = bare_app_of(agent_engine)
@@ -280,13 +284,100 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
     }
 
 
+def serve_http(database: str) -> None:
+    """The `--serve-http` child: the bare endpoint and the gateway over one constant engine, each on
+    its own loopback port, served by uvicorn in one event loop; prints the two ports, then serves."""
+    import socket
+
+    import uvicorn
+
+    engine = ConstantEngine()
+    apps = [bare_app_of(engine), Gateway(engine, EpisodeStore.open(database)).app]
+    sockets = []
+    for _ in apps:
+        sock = socket.socket()
+        # Accepted connections inherit it. Without it, on sockets handed to uvicorn, a reply written
+        # in two parts waited out the client's delayed ACK: 40 ms a request here.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    print(json.dumps([sock.getsockname()[1] for sock in sockets]), flush=True)
+
+    async def serve_all() -> None:
+        servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning")) for app in apps]
+        await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in zip(servers, sockets, strict=True)))
+
+    asyncio.run(serve_all())
+
+
+def http_gateway_figures(workdir: Path, rounds: int) -> dict[str, Any]:
+    """The gateway's overhead as a client over loopback HTTP sees it: uvicorn in a child process,
+    one keep-alive client sending a bare, an unrecorded and a recorded request each round, in an
+    order that rotates; overheads are medians of the per-round differences, so drift in the
+    machine's speed cancels."""
+    import subprocess
+
+    import httpx
+
+    from training.records import EpisodeSource
+
+    database = str(workdir / "http.db")
+    store = EpisodeStore.open(database)
+    episode = store.start_episode("bench http", source=EpisodeSource.policy)
+    store.close()
+    child = subprocess.Popen(
+        [sys.executable, "-P", __file__, "--serve-http", database], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        bare_port, gateway_port = json.loads(child.stdout.readline())
+        paths = {
+            "bare": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
+            "unrecorded": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
+            "recorded": f"http://127.0.0.1:{gateway_port}/episodes/{episode.id}/v1/chat/completions",
+        }
+        body = {"model": "student", "messages": [{"role": "user", "content": "Write a number."}], "logprobs": True}
+        times: dict[str, list[float]] = {k: [] for k in paths}
+        with httpx.Client(timeout=30) as client:
+            for _ in range(100):  # until both servers answer, then warm up
+                try:
+                    for url in paths.values():
+                        client.post(url, json=body).raise_for_status()
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            order = list(paths.items())
+            for i in range(rounds):
+                for key, url in order[i % 3 :] + order[: i % 3]:  # each kind first in a third of the rounds
+                    t = time.perf_counter()
+                    client.post(url, json=body).raise_for_status()
+                    times[key].append(time.perf_counter() - t)
+    finally:
+        child.terminate()
+        child.wait()
+
+    def overhead(key: str) -> float:
+        return round(statistics.median(a - b for a, b in zip(times[key], times["bare"], strict=True)) * 1e6, 1)
+
+    return {
+        "rounds": rounds,
+        "bare_endpoint_us_median": round(statistics.median(times["bare"]) * 1e6, 1),
+        "gateway_overhead_us": overhead("unrecorded"),
+        "gateway_recorded_overhead_us": overhead("recorded"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--http-rounds", type=int, default=2000, help="rounds of the loopback HTTP figures (0: none)")
+    parser.add_argument("--serve-http", metavar="DATABASE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_http:
+        serve_http(args.serve_http)
+        return
     import logging
 
     import structlog
@@ -303,6 +394,8 @@ def main() -> None:
             "python": sys.version.split()[0],
         }
         figures["gateway"] = gateway_figures(work, args.requests)
+        if args.http_rounds:
+            figures["gateway_http"] = http_gateway_figures(work, args.http_rounds)
         if not args.skip_training:
             figures["training"] = train_figures(work, args.steps)
     args.out.mkdir(parents=True, exist_ok=True)
