@@ -87,11 +87,11 @@ def model_cache_dir() -> Path:
     return Path(base) / "rlide" / "models"
 
 
-def prepared_model_target(cache_dir: Path | None = None) -> Path:
+def prepared_model_target(cache_dir: Path | None = None, recipe: str = RECIPE) -> Path:
     """Where the int8-matmul graph for the installed packages lives (whether or not it exists yet)."""
     digest = hashlib.sha256(shipped_model_path().read_bytes()).hexdigest()[:16]
     folder = cache_dir or model_cache_dir()
-    return folder / f"minilm-{RECIPE}-{digest}-ort{importlib.metadata.version('onnxruntime')}.onnx"
+    return folder / f"minilm-{recipe}-{digest}-ort{importlib.metadata.version('onnxruntime')}.onnx"
 
 
 def prepared_model_path(cache_dir: Path | None = None) -> Path:
@@ -120,6 +120,11 @@ def prepared_model_path(cache_dir: Path | None = None) -> Path:
                         "run `pip install onnx` if it is missing, or set memory_minilm_variant='shipped' "
                         "to run the shipped graph as it is"
                     )
+                # Earlier recipes' graphs of the same packages (23 MB each) are superseded by this one.
+                # Another onnxruntime's are left: another environment on this machine may use them.
+                for old in folder.glob(prepared_model_target(cache_dir, "*").name):
+                    if old != target:
+                        old.unlink(missing_ok=True)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EmbedderError(
             f"could not prepare the embedding model under {folder}: {exc}; set RLIDE_MODEL_CACHE to a "

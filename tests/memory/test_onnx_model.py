@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 from pathlib import Path
 
@@ -13,7 +14,14 @@ from onnx import TensorProto, helper
 
 from memory.embedding import OnnxMiniLM
 from memory.errors import EmbedderError
-from memory.onnx_model import NUM_HEADS, drop_nan_guards, fuse_attention, prepared_model_path, shipped_model_path
+from memory.onnx_model import (
+    NUM_HEADS,
+    drop_nan_guards,
+    fuse_attention,
+    prepared_model_path,
+    prepared_model_target,
+    shipped_model_path,
+)
 
 CODE = [
     "def read_config(path):\n    with open(path) as fh:\n        return json.load(fh)",
@@ -115,6 +123,13 @@ def test_prepared_graph_matches_the_shipped_one() -> None:
 
 def test_preparing_from_scratch_is_atomic_under_concurrency(tmp_path: Path) -> None:
     cache = tmp_path / "models"
+    cache.mkdir()
+    # An earlier recipe's graph of the same packages is superseded; another onnxruntime's is not.
+    superseded = prepared_model_target(cache, "q8dyn-v0")
+    superseded.write_bytes(b"old graph")
+    runtime = importlib.metadata.version("onnxruntime")
+    other_runtime = cache / superseded.name.replace(f"-ort{runtime}.onnx", "-ort0.0.1.onnx")
+    other_runtime.write_bytes(b"another environment's graph")
     results: list[Path | BaseException] = []
 
     def prepare() -> None:
@@ -131,7 +146,8 @@ def test_preparing_from_scratch_is_atomic_under_concurrency(tmp_path: Path) -> N
     assert len(results) == 2 and results[0] == results[1], results
     path = results[0]
     assert isinstance(path, Path) and path.parent == cache
-    assert sorted(p.name for p in cache.iterdir()) == sorted([".prepare.lock", path.name])  # no half files
+    # No half files, and the superseded graph is gone.
+    assert sorted(p.name for p in cache.iterdir()) == sorted([".prepare.lock", path.name, other_runtime.name])
     ops = {node.op_type for node in onnx.load(str(path)).graph.node}
     assert "IsNaN" not in ops and "MatMulInteger" in ops and "QAttention" in ops
 
