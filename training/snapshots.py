@@ -18,8 +18,8 @@ Resolved snapshots are cached per (repository, commit id): a commit's tree never
 `GitSnapshots.working_tree(repo)` reads what a test run of the working tree needs: the tracked and
 untracked files that are not ignored (`git ls-files --cached --others --exclude-standard`), as they
 are on disk, uncommitted edits included, under the same limits and with the same files left out,
-and untracked files that hold credentials too (`memory.files.is_secret_file`: a `.env` or a key
-nobody committed; the sandbox's output reaches the agent);
+and untracked files that hold credentials too (`memory.files.is_secret_path`: a `.env`, a key or
+a `.docker/config.json` nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
 """
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import io
 import os
-import posixpath
 import shutil
 import stat
 import subprocess
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
-from memory.files import is_secret_file
+from memory.files import is_secret_path
 from training.scenarios import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
@@ -129,7 +128,7 @@ class GitSnapshots:
             except UnicodeDecodeError:  # a name no JSON request can carry
                 skipped.append(os.fsdecode(name))
                 continue
-            if tag == b"?" and is_secret_file(posixpath.basename(rel).lower()):
+            if tag == b"?" and is_secret_path(rel):
                 skipped.append(rel)  # an untracked .env or key: the sandbox's output reaches the agent
                 continue
             names.append(rel)

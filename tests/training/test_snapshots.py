@@ -86,6 +86,8 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
     (repo / ".gitignore").write_text("*.env\n")
     (repo / "local.env").write_text("TOKEN=never-sent\n")
     (repo / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----\n")  # not ignored, but a key nobody committed
+    (repo / ".docker").mkdir()
+    (repo / ".docker" / "config.json").write_text('{"auths": {"registry": {"auth": "dG9rZW4="}}}\n')  # so is this
     (repo / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
     git(repo, "rm", "-q", "--cached", "logo.png")
     (repo / "logo.png").unlink()  # deleted: listed by neither the index nor the disk
@@ -97,9 +99,17 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
         "tests/test_calc.py": TESTS,
         "tests/test_new.py": "def test_new():\n    pass\n",
     }
-    assert sorted(tree.skipped) == ["data.bin", "deploy.pem", "link.py"]
+    assert sorted(tree.skipped) == [".docker/config.json", "data.bin", "deploy.pem", "link.py"]
     assert tree.commit == git(repo, "rev-parse", "HEAD")
-    assert tree.changed == (".gitignore", "calc.py", "data.bin", "deploy.pem", "logo.png", "tests/test_new.py")
+    assert tree.changed == (
+        ".docker/config.json",
+        ".gitignore",
+        "calc.py",
+        "data.bin",
+        "deploy.pem",
+        "logo.png",
+        "tests/test_new.py",
+    )
     inside = GitSnapshots().working_tree(repo / "tests")  # a subdirectory: its files, relative to it
     assert inside.files == {"test_calc.py": TESTS, "test_new.py": "def test_new():\n    pass\n"}
     assert inside.changed == ("test_new.py",)
