@@ -284,15 +284,44 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
     }
 
 
+class FloorGateway(Gateway):
+    """The gateway with its recording taken out, as lower bounds for the recorded route: an episode
+    request is routed, parsed and sampled like any other and then records nothing, or (`journal`)
+    only appends the raw turn's JSON to a file, which is the least any recording design has to do
+    on the request path for a turn the client received to outlive a killed process (redaction,
+    encoding and the log's write could all come after the answer)."""
+
+    def __init__(self, engine: ConstantEngine, store: EpisodeStore, journal: Path | None) -> None:
+        super().__init__(engine, store)
+        self._journal = None if journal is None else os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
+        completion = self.engine.complete(**args)
+        if episode_id is not None and self._journal is not None:
+            import orjson
+
+            turn = [episode_id, time.time(), args, completion.choices[0], completion.prompt_token_ids]
+            os.write(self._journal, orjson.dumps([*turn, completion.completion_token_ids[0]]) + b"\n")
+        return completion
+
+
 def serve_http(database: str) -> None:
-    """The `--serve-http` child: the bare endpoint and the gateway over one constant engine, each on
-    its own loopback port, served by uvicorn in one event loop; prints the two ports, then serves."""
+    """The `--serve-http` child: the bare endpoint, the gateway and its two `FloorGateway`s over
+    one constant engine, each on its own loopback port, served by uvicorn in one event loop;
+    prints the ports, then serves."""
     import socket
 
     import uvicorn
 
     engine = ConstantEngine()
-    apps = [bare_app_of(engine), Gateway(engine, EpisodeStore.open(database)).app]
+    store = EpisodeStore.open(database)
+    journal = Path(database).with_suffix(".journal")
+    apps = [
+        bare_app_of(engine),
+        Gateway(engine, store).app,
+        FloorGateway(engine, store, None).app,
+        FloorGateway(engine, store, journal).app,
+    ]
     sockets = []
     for _ in apps:
         sock = socket.socket()
@@ -310,14 +339,56 @@ def serve_http(database: str) -> None:
     asyncio.run(serve_all())
 
 
+class KeepAliveClient:
+    """One keep-alive HTTP/1.1 connection that sends one prepared POST again and again. The client's
+    own work per request is a send and a read, the same for every URL: httpx spent ~1 ms of Python
+    per request here, and more on a longer URL, which the episode routes have."""
+
+    def __init__(self, port: int, path: str, body: bytes) -> None:
+        import socket
+
+        for _ in range(100):  # until the server listens
+            try:
+                self._sock = socket.create_connection(("127.0.0.1", port))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"nothing listens on port {port}")
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        self._request = f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
+        self._path = path
+
+    def post(self) -> None:
+        self._sock.sendall(self._request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += self._recv()
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+        while len(body) < int(headers["content-length"]):
+            body += self._recv()
+        if not lines[0].startswith("HTTP/1.1 200"):
+            raise RuntimeError(f"{self._path}: {lines[0]} {body[:300]!r}")
+
+    def _recv(self) -> bytes:
+        chunk = self._sock.recv(65536)
+        if not chunk:
+            raise RuntimeError(f"{self._path}: the server closed the connection")
+        return chunk
+
+    def close(self) -> None:
+        self._sock.close()
+
+
 def http_gateway_figures(workdir: Path, rounds: int) -> dict[str, Any]:
     """The gateway's overhead as a client over loopback HTTP sees it: uvicorn in a child process,
-    one keep-alive client sending a bare, an unrecorded and a recorded request each round, in an
-    order that rotates; overheads are medians of the per-round differences, so drift in the
-    machine's speed cancels."""
+    one `KeepAliveClient` per kind of request (bare, unrecorded, recorded, and the recorded route's
+    two floors, `FloorGateway`), one request of each kind per round in an order that rotates;
+    overheads are medians of the per-round differences, so drift in the machine's speed cancels."""
     import subprocess
-
-    import httpx
 
     from training.records import EpisodeSource
 
@@ -328,30 +399,33 @@ def http_gateway_figures(workdir: Path, rounds: int) -> dict[str, Any]:
     child = subprocess.Popen(
         [sys.executable, "-P", __file__, "--serve-http", database], stdout=subprocess.PIPE, text=True
     )
+    clients: dict[str, KeepAliveClient] = {}
     try:
         assert child.stdout is not None
-        bare_port, gateway_port = json.loads(child.stdout.readline())
-        paths = {
-            "bare": f"http://127.0.0.1:{bare_port}/v1/chat/completions",
-            "unrecorded": f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
-            "recorded": f"http://127.0.0.1:{gateway_port}/episodes/{episode.id}/v1/chat/completions",
-        }
+        bare_port, gateway_port, floor_port, journal_port = json.loads(child.stdout.readline())
+        episode_path = f"/episodes/{episode.id}/v1/chat/completions"
         body = {"model": "student", "messages": [{"role": "user", "content": "Write a number."}], "logprobs": True}
-        times: dict[str, list[float]] = {k: [] for k in paths}
-        with httpx.Client(timeout=30) as client:
-            for _ in range(100):  # until both servers answer, then warm up
-                try:
-                    for url in paths.values():
-                        client.post(url, json=body).raise_for_status()
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            order = list(paths.items())
-            for i in range(rounds):
-                for key, url in order[i % 3 :] + order[: i % 3]:  # each kind first in a third of the rounds
-                    t = time.perf_counter()
-                    client.post(url, json=body).raise_for_status()
-                    times[key].append(time.perf_counter() - t)
+        for key, port, path in [
+            ("bare", bare_port, "/v1/chat/completions"),
+            ("unrecorded", gateway_port, "/v1/chat/completions"),
+            ("recorded", gateway_port, episode_path),
+            ("episode_route_only", floor_port, episode_path),
+            ("journal_append_only", journal_port, episode_path),
+        ]:
+            clients[key] = KeepAliveClient(port, path, json.dumps(body).encode())
+        order = list(clients.items())
+        for _ in range(200):  # warm up
+            for _, client in order:
+                client.post()
+        times: dict[str, list[float]] = {key: [] for key in clients}
+        for i in range(rounds):
+            for key, client in order[i % len(order) :] + order[: i % len(order)]:  # each kind first as often
+                t = time.perf_counter()
+                client.post()
+                times[key].append(time.perf_counter() - t)
     finally:
+        for client in clients.values():
+            client.close()
         child.terminate()
         child.wait()
 
@@ -363,6 +437,8 @@ def http_gateway_figures(workdir: Path, rounds: int) -> dict[str, Any]:
         "bare_endpoint_us_median": round(statistics.median(times["bare"]) * 1e6, 1),
         "gateway_overhead_us": overhead("unrecorded"),
         "gateway_recorded_overhead_us": overhead("recorded"),
+        "floor_episode_route_overhead_us": overhead("episode_route_only"),
+        "floor_journal_append_overhead_us": overhead("journal_append_only"),
     }
 
 
