@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -64,26 +65,83 @@ LAST_TURNS_KEPT = 256
 """Episodes whose last turn the gateway remembers. Each entry holds that turn's whole conversation
 twice (as sent and redacted) and its prompt ids, up to a few MB for a long agent session."""
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""Largest request body read. A 128k-token conversation is well under 1 MB of JSON."""
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
 
 
-def _text_content(message: dict[str, Any]) -> dict[str, Any]:
-    """`message` with content given as a list of text parts (what newer OpenAI clients send) joined
-    into one string, as vLLM does: the chat template renders a list as its Python repr, which the
-    policy would then be sampled and trained on. Any other part is refused: the model reads text."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    texts = []
-    for part in content:
-        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            raise BadRequest(f"a content part of type {kind!r}: this endpoint serves a text model; send text")
-        texts.append(part["text"])
-    return {**message, "content": "\n".join(texts)}
+async def _json_body(request: Request) -> Any:
+    """The request's body as JSON, read no further than `MAX_REQUEST_BYTES` (413 past it). Decoded
+    by orjson, which refuses what the tokenizer would fail on later (a lone surrogate: a 500 from
+    deep inside `tokenizers`), what is not JSON (NaN, invalid UTF-8) and nesting past 1,024 levels,
+    all as 400s."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
+        raise BadRequest(_too_large(int(declared)), 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_REQUEST_BYTES:
+            raise BadRequest(_too_large(size), 413)
+        chunks.append(chunk)
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+def _too_large(size: int) -> str:
+    return f"the request body is {size} bytes or more; this endpoint takes at most {MAX_REQUEST_BYTES}"
+
+
+def _message(message: Any, index: int) -> dict[str, Any]:
+    """One chat message as the chat template can render it, or BadRequest naming what is wrong: the
+    template renders a wrong type as its Python repr (or fails), which the policy would be sampled
+    and trained on and a recorded episode would keep. Content given as a list of text parts (what
+    newer OpenAI clients send) is joined into one string, as vLLM does; any other part is refused:
+    the model reads text."""
+    where = f"messages[{index}]"
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        raise BadRequest(f"{where} must be an object whose role is one of {', '.join(sorted(ROLES))}")
+    checked: dict[str, Any] = message
+    content = checked.get("content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise BadRequest(f"a content part of type {kind!r}: this endpoint serves a text model; send text")
+            texts.append(part["text"])
+        checked = {**checked, "content": "\n".join(texts)}
+    elif not (isinstance(content, str) or (content is None and checked["role"] == "assistant")):
+        raise BadRequest(f"{where}.content must be a string or a list of text parts (null only for an assistant)")
+    calls = checked.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(_is_call(call) for call in calls)):
+        raise BadRequest(
+            f"{where}.tool_calls must be a list of"
+            ' {"type": "function", "function": {"name": "...", "arguments": "JSON text"}} objects'
+        )
+    return checked
+
+
+def _is_call(call: Any) -> bool:
+    """An assistant's tool call: OpenAI's shape; `arguments` as an object too, which templates take."""
+    return _is_function(call, call.get("type", "function") if isinstance(call, dict) else None) and isinstance(
+        call["function"].get("arguments"), str | dict
+    )
+
+
+def _is_tool(tool: Any) -> bool:
+    return _is_function(tool, tool.get("type") if isinstance(tool, dict) else None)
+
+
+def _is_function(value: Any, kind: Any) -> bool:
+    function = value.get("function") if isinstance(value, dict) else None
+    return kind == "function" and isinstance(function, dict) and isinstance(function.get("name"), str)
 
 
 def parse_request(body: Any, alias: str) -> dict[str, Any]:
@@ -94,7 +152,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
     if model not in (alias, None):
         raise BadRequest(f"model {model!r} does not exist: this endpoint serves {alias!r}", 404, "model_not_found")
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
+    if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of {role, content} objects")
     # OpenAI's options are nullable: a client that writes every field (`"temperature": null`) means
     # the default, as the OpenAI and vLLM servers read it.
@@ -112,13 +170,13 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         raise BadRequest("temperature must be a number from 0 to 2")
     if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
         raise BadRequest("top_p must be a number above 0 and at most 1")
-    if seed is not None and not isinstance(seed, int):
-        raise BadRequest("seed must be an integer")
-    if tools is not None and not isinstance(tools, list):
-        raise BadRequest("tools must be a list")
+    if seed is not None and not (isinstance(seed, int) and -(2**63) <= seed < 2**63):
+        raise BadRequest("seed must be a 64-bit integer")
+    if tools is not None and not (isinstance(tools, list) and all(_is_tool(tool) for tool in tools)):
+        raise BadRequest('tools must be a list of {"type": "function", "function": {"name": "...", ...}} objects')
     stream, include_usage = _streaming(body)
     return {
-        "messages": [_text_content(m) for m in messages],
+        "messages": [_message(m, i) for i, m in enumerate(messages)],
         "n": n,
         # A bound, not a demand: agents ask for their own model's limit (16k, 32k), which a refusal
         # would turn into no episode at all; a capped answer says so with finish_reason "length".
@@ -309,11 +367,7 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         episode_id = request.path_params.get("episode_id")
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the request body is not valid JSON")
-        try:
-            args = parse_request(body, self.alias)
+            args = parse_request(await _json_body(request), self.alias)
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
             want_logprobs, stream, include_usage = args.pop("logprobs"), args.pop("stream"), args.pop("include_usage")
@@ -323,6 +377,8 @@ class Gateway:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
+        except RecursionError:  # JSON up to 1,024 levels decodes; redaction and the template recurse in Python
+            return _error(400, "the request nests too deeply (objects or lists inside each other ~1,000 levels)")
         response = completion_response(self.alias, completion, want_logprobs)
         if stream:
             return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
@@ -368,9 +424,9 @@ class Gateway:
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
+            body = await _json_body(request)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         task = body.get("task") if isinstance(body, dict) else None
         if not isinstance(task, str) or not task.strip():
             return _error(400, 'send {"task": "what the agent is asked to do"}')
@@ -385,9 +441,9 @@ class Gateway:
     async def end_episode(self, request: Request) -> JSONResponse:
         episode_id = request.path_params["episode_id"]
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
+            body = await _json_body(request)
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         outcome = body.get("outcome") if isinstance(body, dict) else None
         reward = body.get("reward") if isinstance(body, dict) else None
         if outcome not in ("success", "failure", "aborted"):
