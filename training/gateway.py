@@ -428,12 +428,11 @@ class Gateway:
         except BadRequest as exc:
             return _error(exc.status, str(exc))
         task = body.get("task") if isinstance(body, dict) else None
-        if not isinstance(task, str) or not task.strip():
-            return _error(400, 'send {"task": "what the agent is asked to do"}')
+        client = (body.get("client") if isinstance(body, dict) else None) or "gateway"
+        if not isinstance(task, str) or not task.strip() or not isinstance(client, str):
+            return _error(400, 'send {"task": "what the agent is asked to do", "client": "its name (optional)"}')
         episode = await anyio.to_thread.run_sync(
-            lambda: self.store.start_episode(
-                task, source=EpisodeSource.policy, client=str(body.get("client") or "gateway")
-            )
+            lambda: self.store.start_episode(task, source=EpisodeSource.policy, client=client)
         )
         base = str(request.base_url).rstrip("/")
         return JSONResponse({"episode_id": episode.id, "base_url": f"{base}/episodes/{episode.id}/v1"}, status_code=201)
@@ -448,7 +447,9 @@ class Gateway:
         reward = body.get("reward") if isinstance(body, dict) else None
         if outcome not in ("success", "failure", "aborted"):
             return _error(400, 'send {"outcome": "success" | "failure" | "aborted", "reward": -1..1 (optional)}')
-        if reward is not None and (not isinstance(reward, int | float) or not -1 <= reward <= 1):
+        if reward is not None and (
+            isinstance(reward, bool) or not isinstance(reward, int | float) or not -1 <= reward <= 1
+        ):
             return _error(400, "reward must be a number from -1 to 1")
         self.last_turns.forget(episode_id)
         try:

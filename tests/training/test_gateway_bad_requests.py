@@ -17,11 +17,13 @@ from training.store import EpisodeStore
 USER = {"role": "user", "content": "Write a number."}
 TOOL = {"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}
 CALL = {"id": "c1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}
+NUMBER_ARGUMENTS = {**CALL, "function": {"name": "run_tests", "arguments": 5}}
 
 
 def nested(depth: int) -> str:
     """JSON text of a tool whose parameters nest `depth` objects deep (too deep for `json.dumps`)."""
-    return '{"type": "function", "function": {"name": "f", "parameters": ' + '{"a": ' * depth + "{}" + "}" * depth + "}}"
+    parameters = '{"a": ' * depth + "{}" + "}" * depth
+    return '{"type": "function", "function": {"name": "f", "parameters": ' + parameters + "}}"
 
 
 BAD_BODIES: list[tuple[str, bytes, str]] = [
@@ -39,16 +41,14 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
     ),
     (
         "tool call arguments",
-        json.dumps(
-            {"messages": [USER, {"role": "assistant", "tool_calls": [{**CALL, "function": {"name": "f", "arguments": 5}}]}]}
-        ).encode(),
+        json.dumps({"messages": [USER, {"role": "assistant", "tool_calls": [NUMBER_ARGUMENTS]}]}).encode(),
         "messages[1].tool_calls must be",
     ),
     ("seed past 64 bits", json.dumps({"messages": [USER], "seed": 2**70}).encode(), "seed must be a 64-bit integer"),
     ("lone surrogate", b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "not valid JSON: no low surrogate"),
     ("NaN", b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', "not valid JSON"),
     ("invalid UTF-8", b'{"messages": [{"role": "user", "content": "\xff"}]}', "not valid JSON"),
-    ("past the decoder's depth", ('{"messages": [], "tools": [' + nested(1100) + "]}").encode(), "depth limit exceeded"),
+    ("past the decoder's depth", ('{"messages": [], "tools": [' + nested(1100) + "]}").encode(), "depth limit"),
     (
         "past the recorder's depth",
         ('{"messages": [{"role": "user", "content": "x"}], "tools": [' + nested(1010) + "]}").encode(),
@@ -119,3 +119,21 @@ def test_a_body_past_the_limit_is_refused_before_it_is_read(served: tuple[Canned
 
     streamed = http.post("/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"})
     assert streamed.status_code == 413 and engine.calls == []
+
+
+def test_episode_bodies_of_the_wrong_type_change_nothing(
+    served: tuple[CannedEngine, TestClient, str], store: EpisodeStore
+) -> None:
+    """A client name that is not text (it was stored as a dict's repr) and a reward of `true` (a
+    bool is an int in Python: it was credited as 1.0) are refused; the episode stays open."""
+    _, http, episode_id = served
+    before = len(store.list_episodes(limit=100))
+    refused = http.post("/episodes", json={"task": "t", "client": {"name": "aider"}})
+    assert refused.status_code == 400 and '"client"' in refused.json()["error"]["message"]
+    assert len(store.list_episodes(limit=100)) == before
+    refused = http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": True})
+    assert refused.status_code == 400 and "reward must be a number" in refused.text
+    episode = store.get_episode(episode_id)
+    assert episode.status.value == "open" and episode.reward_total is None
+    assert http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": 1}).status_code == 200
+    assert store.get_episode(episode_id).reward_total == 1.0
