@@ -8,7 +8,10 @@ real worker on the toy task. Gateway overhead is measured against a bare endpoin
 same engine, so the difference is the gateway's own work; the engine is a constant one so model
 time does not drown the figure. Twice: in-process over ASGI (`gateway`: precise, but whatever runs
 after an answer counts), and over loopback HTTP to uvicorn in a child process (`gateway_http`:
-what a client sees, with the noise of two processes and the network stack).
+what a client sees, with the noise of two processes and the network stack; the client is a bare
+socket, so its own work is the same for every URL). Beside the recorded route, `gateway_http` also
+times its floors (`FloorGateway`): the episode route recording nothing, and recording only a raw
+append to a file.
 """
 
 from __future__ import annotations
