@@ -130,18 +130,23 @@ def _message(message: Any, index: int) -> dict[str, Any]:
 
 def _is_call(call: Any) -> bool:
     """An assistant's tool call: OpenAI's shape; `arguments` as an object too, which templates take."""
-    return _is_function(call, call.get("type", "function") if isinstance(call, dict) else None) and isinstance(
-        call["function"].get("arguments"), str | dict
-    )
+    return _is_function(call, default_type="function") and isinstance(call["function"].get("arguments"), str | dict)
 
 
 def _is_tool(tool: Any) -> bool:
-    return _is_function(tool, tool.get("type") if isinstance(tool, dict) else None)
+    return _is_function(tool, default_type=None)
 
 
-def _is_function(value: Any, kind: Any) -> bool:
-    function = value.get("function") if isinstance(value, dict) else None
-    return kind == "function" and isinstance(function, dict) and isinstance(function.get("name"), str)
+def _is_function(value: Any, *, default_type: str | None) -> bool:
+    """`{"type": "function", "function": {"name": str, ...}}`; `type` may be left out when it defaults."""
+    if not isinstance(value, dict):
+        return False
+    function = value.get("function")
+    return (
+        value.get("type", default_type) == "function"
+        and isinstance(function, dict)
+        and isinstance(function.get("name"), str)
+    )
 
 
 def parse_request(body: Any, alias: str) -> dict[str, Any]:
