@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -301,8 +303,6 @@ class FloorGateway(Gateway):
     def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
         completion = self.engine.complete(**args)
         if episode_id is not None and self._journal is not None:
-            import orjson
-
             turn = [episode_id, time.time(), args, completion.choices[0], completion.prompt_token_ids]
             os.write(self._journal, orjson.dumps([*turn, completion.completion_token_ids[0]]) + b"\n")
         return completion
