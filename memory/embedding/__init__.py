@@ -1,0 +1,1 @@
+"""Text embeddings: the MiniLM graph on onnxruntime, the embedders and their cache."""

@@ -1,0 +1,2 @@
+"""What the trainer learns from the log: conversations rebuilt from episodes, SFT/DPO/ART exports,
+GRPO groups and the RULER judge."""
