@@ -16,7 +16,7 @@ test: setup
 	@bash scripts/test.sh
 
 lint: setup
-	.venv/bin/ruff check mcp_server envpool memory training tests benchmarks
+	.venv/bin/ruff check mcp_server training episodes envpool memory common tests benchmarks scripts examples
 	.venv/bin/mypy
 
 bench: setup

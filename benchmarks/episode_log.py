@@ -28,10 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.policy_turns import EncodedTurn  # noqa: E402
-from training.records import EpisodeSource  # noqa: E402
-from training.run_records import TurnContext  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
+from episodes.policy_turns import EncodedTurn  # noqa: E402
+from episodes.records import EpisodeSource  # noqa: E402
+from episodes.run_records import TurnContext  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
 
 
 def log_bytes(path: str) -> int:

@@ -27,7 +27,7 @@ from mcp.client.stdio import stdio_client
 
 # The `rlide` console script pip writes, for a worktree whose package is not the installed one. A
 # script file, as that is: multiprocessing's workers re-import a script (not `python -c`) as their main.
-ENTRY = "import sys\nfrom mcp_server.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
+ENTRY = "import sys\nfrom mcp_server.cli.app import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
 
 
 async def launch(pythonpath: str | None) -> dict[str, float]:

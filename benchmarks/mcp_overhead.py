@@ -81,7 +81,7 @@ async def _time_calls(variant: str, calls: int, home: str) -> list[float]:
 
 
 def _store_add_step_us(n: int) -> dict[str, float]:
-    from training.store import EpisodeStore
+    from episodes.store import EpisodeStore
 
     with tempfile.TemporaryDirectory() as home:
         store = EpisodeStore.open(f"sqlite:///{home}/e.db")

@@ -9,7 +9,7 @@ checks that hybrid ranking keeps BM25's exact-name wins.
     python benchmarks/search_quality.py --quick    # 100 queries, 800 functions
     python benchmarks/search_quality.py --sweep    # also fusion depth/weight variants
 
-Prints one JSON object on stdout. Vectors are cached (memory.embedding.EmbeddingCache), so a
+Prints one JSON object on stdout. Vectors are cached (memory.embedding.embedders.EmbeddingCache), so a
 second run costs only the queries.
 """
 
@@ -31,15 +31,15 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory.chunking import ChunkSpan  # noqa: E402
 from memory.config import default_data_dir  # noqa: E402
-from memory.embedding import DEFAULT_MAX_TOKENS, CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
-from memory.onnx_model import MinilmVariant  # noqa: E402
-from memory.prepare import make_records  # noqa: E402
+from memory.embedding.embedders import DEFAULT_MAX_TOKENS, CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
+from memory.embedding.onnx_model import MinilmVariant  # noqa: E402
+from memory.indexing.chunking import ChunkSpan  # noqa: E402
+from memory.indexing.prepare import make_records  # noqa: E402
+from memory.indexing.tokens import query_tokens, split_identifier  # noqa: E402
 from memory.search import DEPTH, WEIGHTS  # noqa: E402
 from memory.stores.base import FileState, Filters, Hit  # noqa: E402
 from memory.stores.sqlite import SQLiteStore  # noqa: E402
-from memory.tokens import query_tokens, split_identifier  # noqa: E402
 
 SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "ensurepip", "lib2to3"}
 
@@ -143,7 +143,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument(
-        "--variant", choices=get_args(MinilmVariant), default="int8-matmul", help="MiniLM graph (memory/onnx_model.py)"
+        "--variant",
+        choices=get_args(MinilmVariant),
+        default="int8-matmul",
+        help="MiniLM graph (memory/embedding/onnx_model.py)",
     )
     parser.add_argument("--sweep", action="store_true", help="also report fusion depth/weight variants")
     parser.add_argument("--cache", type=Path, default=default_data_dir() / "embeddings.sqlite")

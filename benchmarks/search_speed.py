@@ -43,14 +43,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The indexer's spawned worker processes re-import this script as `__mp_main__`, as they do any
-# program's main module but a package's `__main__` (which is what `rlide` is: mcp_server.cli.main).
+# program's main module but a package's `__main__` (which is what `rlide` is: mcp_server.cli.app.main).
 # They need none of what follows, which cost each of them 0.6 s of CPU inside the timed index.
 if __name__ != "__mp_main__":
     import numpy as np
     import structlog
 
     from memory.config import MemoryConfig, default_data_dir
-    from memory.embedding import OnnxMiniLM
+    from memory.embedding.embedders import OnnxMiniLM
     from memory.service import MemoryService
     from memory.stores.base import Filters, FloatArray
     from memory.stores.sqlite import SQLiteStore

@@ -36,17 +36,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from episodes.policy_turns import EncodedTurn  # noqa: E402
+from episodes.rows import json_text  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
-from training.gateway import Gateway, completion_response  # noqa: E402
-from training.log_rows import json_text  # noqa: E402
-from training.policy_engines import Completion, PriorTurn  # noqa: E402
-from training.policy_turns import EncodedTurn  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
+from training.gateway.app import Gateway, completion_response  # noqa: E402
+from training.gateway.engines import Completion, PriorTurn  # noqa: E402
 
 
 def train_figures(workdir: Path, steps: int) -> dict[str, Any]:
-    from training.worker import train
-    from training.worker_config import WorkerConfig
+    from training.worker.config import WorkerConfig
+    from training.worker.loop import train
 
     cfg = WorkerConfig(
         database_url=str(workdir / "episodes.db"), backend=BackendConfig(path=workdir / "art"), max_steps=steps
@@ -195,7 +195,7 @@ def gateway_figures(workdir: Path, n: int) -> dict[str, Any]:
         last = {"role": "user", "content": f"turn {next(turns)}\n" + line * 7}
         return {**body, "messages": [*history, last]}
 
-    from training.records import EpisodeSource
+    from episodes.records import EpisodeSource
 
     episode = store.start_episode("bench", source=EpisodeSource.policy)
     long_episode = store.start_episode("bench long", source=EpisodeSource.policy)
@@ -393,7 +393,7 @@ def http_gateway_figures(workdir: Path, rounds: int) -> dict[str, Any]:
     overheads are medians of the per-round differences, so drift in the machine's speed cancels."""
     import subprocess
 
-    from training.records import EpisodeSource
+    from episodes.records import EpisodeSource
 
     database = str(workdir / "http.db")
     store = EpisodeStore.open(database)
@@ -479,7 +479,7 @@ def main() -> None:
             figures["training"] = train_figures(work, args.steps)
     args.out.mkdir(parents=True, exist_ok=True)
     if "training" in figures:
-        from training.plot import plot_series
+        from training.worker.plot import plot_series
 
         rewards = figures["training"]["reward_per_step"]
         png = plot_series(

@@ -1,9 +1,9 @@
 """Bearer-token auth for rlide's HTTP servers: the MCP transport and the policy endpoint.
 
 One rule for both: loopback binds may run without a token; any other bind address needs one, and
-when a token is set every request must carry `Authorization: Bearer <token>`. It lives here, not in
-`mcp_server`, because `training` may not import `mcp_server` (the import rules) while `mcp_server`
-may import `training`; it depends on nothing but starlette's ASGI types.
+when a token is set every request must carry `Authorization: Bearer <token>`. It lives in `common`
+(helpers with no domain knowledge) so that both servers import it without the front door depending
+on `training` for it; it depends on nothing but starlette's ASGI types.
 
 A refused request gets 401 with OpenAI's error shape, so the official OpenAI client (pointed at the
 policy endpoint with `api_key=<token>`) raises `AuthenticationError`, and an MCP client gets the

@@ -2,7 +2,8 @@
 
 Every SQLite file rlide writes (a workspace index, the embedding cache, the episode log) is shared
 by processes: one MCP server per IDE window, the CLI, the training worker. They all open it the
-same way, here. `training` imports this too (it may import `memory`, not the other way round).
+same way, here, in `common`: `memory` (the index, the cache) and `episodes` (the log) both import it
+and neither knows the other.
 """
 
 from __future__ import annotations

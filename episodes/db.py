@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from memory.sqlite_wal import open_wal
-from training.records import Episode, EpisodeSource, EpisodeStatus
+from common.sqlite_wal import open_wal
+from episodes.records import Episode, EpisodeSource, EpisodeStatus
 
 Row = tuple[Any, ...]
 
@@ -88,7 +88,7 @@ class SQLiteDatabase:
     WAL lets readers and one writer proceed at once across processes (one server per IDE window
     plus the training worker); `BEGIN IMMEDIATE` takes the write lock up front so two writers never
     deadlock upgrading a read lock, and `busy_timeout` makes the loser wait instead of failing.
-    `memory.sqlite_wal.open_wal` sets both up.
+    `common.sqlite_wal.open_wal` sets both up.
     """
 
     dialect = "sqlite"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from training.db import Cursor, Database, StoreError
+from episodes.db import Cursor, Database, StoreError
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # A policy turn stores what it adds to an earlier turn of its episode instead of the whole
     # conversation again: without this an agent's log grew with the square of its length (each turn
-    # repeated every message and prompt id before it). `training.policy_turns.TurnPrefix` says what
+    # repeated every message and prompt id before it). `episodes.policy_turns.TurnPrefix` says what
     # the columns mean; rows without a prefix (all rows written before this) are whole.
     Migration(
         "0006_policy_turn_prefixes",
@@ -167,7 +167,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # A step stores each long string of its arguments (the workspace files an agent sends with
     # every run_tests) once per content, in `blobs`; `steps.blob_refs` says where they go back
-    # (`training.step_blobs`). Steps without refs (all steps written before this) are whole.
+    # (`episodes.step_blobs`). Steps without refs (all steps written before this) are whole.
     Migration(
         "0007_step_blobs",
         (

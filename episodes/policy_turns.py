@@ -1,7 +1,7 @@
 """Policy turns in the episode log: our student's completions, with their token ids and logprobs.
 
 `PolicyTurns` reads and writes table `policy_turns` over the database an `EpisodeStore` opened and
-migrated (the store holds one as `store.turns`); the policy endpoint (`training.gateway`) records
+migrated (the store holds one as `store.turns`); the policy endpoint (`training.gateway.app`) records
 through it, the exporters and the group builder read it.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.codec import CHOICE_TAG
-from training.db import Cursor, Database, EpisodeNotFound, PolicyTurnRefused, StoreError, check_episode_id
-from training.log_rows import json_text
-from training.records import EpisodeSource, EpisodeStatus, at_epoch
-from training.redact import redact
-from training.run_records import PolicyTurn, TurnContext
+from episodes.codec import CHOICE_TAG
+from episodes.db import Cursor, Database, EpisodeNotFound, PolicyTurnRefused, StoreError, check_episode_id
+from episodes.records import EpisodeSource, EpisodeStatus, at_epoch
+from episodes.redaction import redact
+from episodes.rows import json_text
+from episodes.run_records import PolicyTurn, TurnContext
 
 
 def redact_choice(choice: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class EncodedTurn:
         completion_token_ids: list[int] | None = None,
         after: TurnContext | None = None,
     ) -> EncodedTurn:
-        """`choice` is `training.codec.encode_choice` output; the request (unless it comes
+        """`choice` is `episodes.codec.encode_choice` output; the request (unless it comes
         redacted already) and the choice's text are redacted, its token ids and logprobs kept
         exactly (`redact_choice` says why and what that means), as are the token id columns.
         `after`: the episode's last turn, whose conversation this turn's columns leave out

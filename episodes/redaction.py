@@ -11,7 +11,7 @@ Speed without giving up any of that: every pattern has a trigger, a short litera
 that any text it matches must contain (`_TRIGGERS`, with the pattern's own case rule). Only the
 patterns whose trigger is in the text run, each checked on the text as the patterns before it
 left it; a short text without any trigger is returned after one search. A trigger is a necessary
-condition of its pattern, so the result is the same as running every pattern (`tests/test_redact.py`
+condition of its pattern, so the result is the same as running every pattern (`tests/episodes/test_redaction.py`
 checks both: every pattern is caught, and the gated and ungated results agree on a corpus built to
 stress the triggers).
 """

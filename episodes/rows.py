@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from training.db import Row
-from training.records import Episode, EpisodeSource, EpisodeStatus, from_epoch
-from training.redact import redact_text
+from episodes.db import Row
+from episodes.records import Episode, EpisodeSource, EpisodeStatus, from_epoch
+from episodes.redaction import redact_text
 
 MAX_TEXT_CHARS = 4_000
 """Longest result summary, error or comment kept per row; the log is a record, not a file store."""

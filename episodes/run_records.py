@@ -1,7 +1,10 @@
-"""Record types of the learning side: policy turns, training runs, their steps and consumed groups.
+"""Record types of the learning side that the log keeps: policy turns, training runs, their steps and
+consumed groups.
 
-Kept apart from `training.records` (the episode log's own types) and free of heavy imports, so the
-MCP server can read training status without pulling in torch or ART.
+They live in the episode log because the log's database holds them (one store, one set of
+migrations, one transaction per event): the policy endpoint writes turns, the worker its runs, and
+the MCP server and the dashboard read them back without importing `training` (torch, ART). Kept
+apart from `episodes.records`, the records of what an agent did.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from training.records import EpisodeSource, EpisodeStatus
+from episodes.records import EpisodeSource, EpisodeStatus
 
 
 class RunState(StrEnum):

@@ -1,8 +1,8 @@
 """The episode log: every write and read of the log goes through `EpisodeStore`.
 
 It reads and writes episodes, steps and rewards itself, and holds the log's other two parts over the
-same database: `turns` (`training.policy_turns`: the policy's completions) and `runs`
-(`training.training_runs`: the training worker's cursors and history). One transaction per event,
+same database: `turns` (`episodes.policy_turns`: the policy's completions) and `runs`
+(`episodes.training_runs`: the training worker's cursors and history). One transaction per event,
 secrets redacted at the point of the write, and the same queries for SQLite and PostgreSQL.
 """
 
@@ -13,12 +13,11 @@ import time
 import uuid
 from typing import Any
 
-from training import step_blobs
-from training.db import Cursor, Database, EpisodeClosed, EpisodeNotFound, StoreError, check_episode_id, connect
-from training.log_rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
-from training.migrations import migrate
-from training.policy_turns import PolicyTurns
-from training.records import (
+from episodes import step_blobs
+from episodes.db import Cursor, Database, EpisodeClosed, EpisodeNotFound, StoreError, check_episode_id, connect
+from episodes.migrations import migrate
+from episodes.policy_turns import PolicyTurns
+from episodes.records import (
     Episode,
     EpisodeDetail,
     EpisodeSource,
@@ -29,8 +28,9 @@ from training.records import (
     at_epoch,
     from_epoch,
 )
-from training.redact import redact
-from training.training_runs import TrainingRuns
+from episodes.redaction import redact
+from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
+from episodes.training_runs import TrainingRuns
 
 
 def _blob_rows(cur: Cursor, columns: str, digests: set[str]) -> list[Any]:

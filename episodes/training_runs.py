@@ -2,7 +2,7 @@
 
 `TrainingRuns` reads and writes tables `training_runs`, `training_groups`, `training_steps` and
 `training_sft_episodes` over the database an `EpisodeStore` opened and migrated (the store holds one
-as `store.runs`). The worker writes them; `training.status` reads them without torch or ART.
+as `store.runs`). The worker writes them; `training.worker.status` reads them without torch or ART.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import json
 import time
 from typing import Any
 
-from training.db import Database, Row, StoreError
-from training.log_rows import EPISODE_COLUMNS, clip_text, episode_from_row
-from training.records import Episode, at_epoch
-from training.run_records import (
+from episodes.db import Database, Row, StoreError
+from episodes.records import Episode, at_epoch
+from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row
+from episodes.run_records import (
     GroupOutcome,
     RunState,
     SftCounts,

@@ -1,3 +1,3 @@
-from mcp_server.cli import main
+from mcp_server.cli.app import main
 
 main()

@@ -1,6 +1,6 @@
 """Streamable HTTP transport: loopback by default, a bearer token required anywhere else.
 
-The token rule and its middleware live in `training.http_auth`, shared with the policy endpoint.
+The token rule and its middleware live in `common.http_auth`, shared with the policy endpoint.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import structlog
 import uvicorn
 
+from common.http_auth import BearerAuth, check_bind, protect
+from common.http_auth import InsecureBind as HttpConfigError
 from mcp_server.server import RlideServer
 from mcp_server.settings import Settings
-from training.http_auth import BearerAuth, check_bind, protect
-from training.http_auth import InsecureBind as HttpConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -26,10 +26,10 @@ from mcp.server.mcpserver.exceptions import MCPServerError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+from episodes.db import EpisodeNotFound, StoreBusy, StoreError
+from episodes.records import EpisodeStatus
+from episodes.store import EpisodeStore
 from mcp_server.result_size import result_chars
-from training.db import EpisodeNotFound, StoreBusy, StoreError
-from training.records import EpisodeStatus
-from training.store import EpisodeStore
 
 log = structlog.get_logger(__name__)
 

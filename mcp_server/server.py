@@ -13,6 +13,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp_types import Tool as MCPTool
 
+from episodes.db import EpisodeNotFound
+from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub
 from mcp_server.logs import configure_logging
 from mcp_server.middleware import EpisodeRecorder, RecordingMiddleware, ResultSizeLimit
@@ -21,8 +23,6 @@ from mcp_server.settings import Settings, load_settings
 from mcp_server.state import AppState, app_state
 from mcp_server.tools import episodes, execute, search, training
 from mcp_server.workspaces import WorkspaceHub
-from training.db import EpisodeNotFound
-from training.store import EpisodeStore
 
 log = structlog.get_logger(__name__)
 

@@ -18,9 +18,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from memory.onnx_model import MinilmVariant
-from training.db import mask_url_password
-from training.http_auth import requires_token
+from common.http_auth import requires_token
+from episodes.db import mask_url_password
+from memory.embedding.onnx_model import MinilmVariant
 
 DEFAULT_HOME = Path("~/.local/share/rlide")
 

@@ -9,11 +9,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
+from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub
 from mcp_server.middleware import EpisodeRecorder
 from mcp_server.settings import Settings
 from mcp_server.workspaces import WorkspaceHub
-from training.store import EpisodeStore
 
 
 @dataclass

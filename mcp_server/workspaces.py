@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from episodes.records import EpisodeDetail
 from mcp_server.settings import Settings
-from training.records import EpisodeDetail
 
 if TYPE_CHECKING:
     from memory.config import MemoryConfig

@@ -11,9 +11,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
-from memory.embedding import DEFAULT_MAX_TOKENS, CachedEmbedder, Embedder, EmbeddingCache, OnnxMiniLM, OpenAIEmbedder
+from memory.embedding.embedders import (
+    DEFAULT_MAX_TOKENS,
+    CachedEmbedder,
+    Embedder,
+    EmbeddingCache,
+    OnnxMiniLM,
+    OpenAIEmbedder,
+)
+from memory.embedding.onnx_model import MinilmVariant
 from memory.errors import MemoryConfigError
-from memory.onnx_model import MinilmVariant
 from memory.stores.base import Store
 
 

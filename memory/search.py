@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+from memory.indexing.tokens import query_tokens
 from memory.ranking import rrf
 from memory.stores.base import Filters, FloatArray, Hit, Store
-from memory.tokens import query_tokens
 
 # Each list is cut to its top DEPTH (at least k) before fusion. On benchmarks/search_quality.py
 # (500 stdlib docstring queries) fusing the top 10 of each list gave R@10 0.79 against 0.76 at 30

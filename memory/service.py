@@ -12,12 +12,12 @@ import structlog
 
 from memory.config import MemoryConfig, build_embedder, build_stores
 from memory.errors import QueryError, WorkspaceError
-from memory.files import LANGUAGES, canonical_language
+from memory.indexing.files import LANGUAGES, canonical_language
+from memory.indexing.sync import Indexer, Phase, Progress, ProgressCallback, Watcher
 from memory.models import CodeHit, IndexStatus, SearchResponse
 from memory.search import Mode, search
 from memory.solutions import SolutionHit, SolutionMemory, SolvedEpisode
 from memory.stores.base import Filters, Store
-from memory.sync import Indexer, Phase, Progress, ProgressCallback, Watcher
 
 log = structlog.get_logger(__name__)
 

@@ -7,11 +7,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from memory.embedding import CachedEmbedder
-from memory.files import text_hash
+from memory.embedding.embedders import CachedEmbedder
+from memory.indexing.files import text_hash
+from memory.indexing.tokens import code_tokens
 from memory.search import Mode, search
 from memory.stores.base import ChunkRecord, FileState, Filters, Store
-from memory.tokens import code_tokens
 
 
 class SolvedEpisode(BaseModel):

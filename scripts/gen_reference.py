@@ -32,7 +32,7 @@ async def _tools() -> list[dict[str, object]]:
 def _cli_sections() -> list[str]:
     from typer.testing import CliRunner
 
-    from mcp_server.cli import app
+    from mcp_server.cli.app import app
 
     runner = CliRunner()
     sections: list[str] = []

@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets its own rlide home, and real `rlide serve` processes on demand."""
+"""Shared fixtures: every test gets its own rlide home, a real episode log (SQLite under tmp_path;
+`any_store`: SQLite and PostgreSQL), and real `rlide serve` processes on demand."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ from typing import Any
 
 import pytest
 
+from episodes.store import EpisodeStore
+
 # Real servers the tests start themselves: PostgreSQL on loopback, a Docker engine when root.
 pytest_plugins = ["tests.postgres_server", "tests.envpool.docker_engine"]
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture
@@ -65,6 +72,25 @@ def workspace_a_worker_warns_about(tmp_path: Path) -> Path:
 def rlide_env(rlide_home: Path) -> dict[str, str]:
     """The `RLIDE_*` variables a server subprocess needs (merge into its environment)."""
     return {n: v for n, v in os.environ.items() if n.startswith("RLIDE_")}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EpisodeStore]:
+    s = EpisodeStore.open(str(tmp_path / "episodes.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EpisodeStore]:
+    """The same tests on both episode-log databases (PostgreSQL from tests/postgres_server.py)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'episodes.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database()
+    s = EpisodeStore.open(url)
+    yield s
+    s.close()
 
 
 def free_port() -> int:

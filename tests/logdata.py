@@ -1,12 +1,12 @@
-"""Episode logs filled the way the server and the gateway fill them (imported by the tests here)."""
+"""Episode logs filled the way the server and the gateway fill them (shared by the episode-log and training tests)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from training.policy_turns import EncodedTurn
-from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.store import EpisodeStore
+from episodes.policy_turns import EncodedTurn
+from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 
 
 def make_choice(
@@ -64,7 +64,7 @@ def policy_episode(
     store: EpisodeStore, task: str, reward: float, *, seed: float = 0.0, checkpoint_step: int = 3
 ) -> str:
     """A two-turn episode through the policy endpoint: a tool call, its result, then an answer."""
-    from training.codec import encode_choice
+    from episodes.codec import encode_choice
 
     ep = store.start_episode(task, source=EpisodeSource.policy, client="gateway")
     first = make_choice(
@@ -162,7 +162,7 @@ class CannedEngine:
         top_p: float = 1.0,
         options: dict[str, Any] | None = None,
     ) -> Any:
-        from training.policy_engines import Completion
+        from training.gateway.engines import Completion
 
         self.calls.append((messages, prior))
         self.max_tokens.append(max_tokens)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli_common import cli_settings, echo_json, fail, open_store
+from mcp_server.cli.common import cli_settings, echo_json, fail, open_store
 from mcp_server.settings import Settings
 
 app = typer.Typer(
@@ -45,9 +45,9 @@ def serve(
     from mcp_server.logs import configure_logging
 
     configure_logging(settings)
+    from episodes.db import StoreError
+    from episodes.store import EpisodeStore
     from mcp_server.server import build_server
-    from training.db import StoreError
-    from training.store import EpisodeStore
 
     # Fail here with one line, not from inside the server's lifespan as a long exception group.
     try:
@@ -87,7 +87,7 @@ def _print_banner(settings: Settings, http: bool) -> None:
 @app.command()
 def doctor(as_json: JsonFlag = False) -> None:
     """Say which backends are available here, and why not."""
-    from mcp_server.doctor import run_checks
+    from mcp_server.cli.doctor import run_checks
 
     report = run_checks(cli_settings())
     if as_json:
@@ -180,8 +180,8 @@ def install(
     ] = None,
 ) -> None:
     """Register rlide as an MCP server in an IDE host's configuration (merged, backed up, idempotent)."""
-    from mcp_server.install import Host, InstallError, config_path, default_launch, render
-    from mcp_server.install import install as install_into
+    from mcp_server.cli.install import Host, InstallError, config_path, default_launch, render
+    from mcp_server.cli.install import install as install_into
 
     try:
         chosen = Host(host)
@@ -233,7 +233,7 @@ def episodes_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List episodes, newest first."""
-    from training.records import EpisodeSource, EpisodeStatus
+    from episodes.records import EpisodeSource, EpisodeStatus
 
     store = open_store()
     try:
@@ -258,9 +258,9 @@ def episodes_list(
 @episodes_app.command("show")
 def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     """Show one episode with its steps, its policy turns (for the student's episodes) and rewards."""
-    from training.codec import as_message
-    from training.db import EpisodeNotFound
-    from training.records import EpisodeSource
+    from episodes.codec import as_message
+    from episodes.db import EpisodeNotFound
+    from episodes.records import EpisodeSource
 
     store = open_store()
     try:
@@ -332,7 +332,7 @@ def episodes_export(
     status: Annotated[StatusChoice | None, typer.Option(help="episodes format: only this status.")] = None,
 ) -> None:
     """Export the log as JSON lines: whole episodes, or training data (sft, dpo, art)."""
-    from training.records import EpisodeStatus
+    from episodes.records import EpisodeStatus
 
     store = open_store()
     buffer = io.StringIO()
@@ -346,7 +346,7 @@ def episodes_export(
                 buffer.write(json.dumps(store.detail(e.id).model_dump(mode="json"), ensure_ascii=False) + "\n")
                 count += 1
         else:
-            from training.export import export
+            from training.data.export import export
 
             count = export(store, fmt.value, min_reward, buffer)
     finally:
@@ -365,8 +365,8 @@ def episodes_path() -> None:
 
 
 def _register_subcommands() -> None:
-    from mcp_server.cli_memory import index, search
-    from mcp_server.cli_training import evaluate, policy_app, train_app
+    from mcp_server.cli.index import index, search
+    from mcp_server.cli.train import evaluate, policy_app, train_app
 
     app.command()(index)
     app.command()(search)

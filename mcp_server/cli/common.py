@@ -10,7 +10,7 @@ import typer
 from mcp_server.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from training.store import EpisodeStore
+    from episodes.store import EpisodeStore
 
 
 def cli_settings() -> Settings:
@@ -31,8 +31,8 @@ def fail(message: str) -> typer.Exit:
 
 
 def open_store() -> EpisodeStore:
-    from training.db import StoreError
-    from training.store import EpisodeStore
+    from episodes.db import StoreError
+    from episodes.store import EpisodeStore
 
     try:
         return EpisodeStore.open(cli_settings().episode_db_url)

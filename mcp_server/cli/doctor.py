@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from episodes.db import StoreError
+from episodes.migrations import applied
+from episodes.store import EpisodeStore
 from mcp_server.settings import Settings
-from training.db import StoreError
-from training.migrations import applied
-from training.store import EpisodeStore
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def _minilm_detail(settings: Settings) -> str:
     variant = settings.memory_minilm_variant
     if variant == "shipped":
         return "all-MiniLM-L6-v2 on onnxruntime, the shipped graph (float32 matmuls)"
-    from memory.onnx_model import prepared_model_target
+    from memory.embedding.onnx_model import prepared_model_target
 
     target = prepared_model_target()
     where = f"prepared at {target}" if target.exists() else f"prepared on first use into {target.parent}"

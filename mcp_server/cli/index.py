@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli_common import cli_settings, fail
+from mcp_server.cli.common import cli_settings, fail
 
 PROGRESS_EVERY_S = 5.0  # progress lines when stderr is not a terminal
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli_common import cli_settings, fail, open_store
+from mcp_server.cli.common import cli_settings, fail, open_store
 from mcp_server.settings import Settings
 
 train_app = typer.Typer(
@@ -62,10 +62,10 @@ def train(
 
     configure_logging(settings)
     from training.backends.base import BackendError
-    from training.scenarios import parse_scenario_sets
-    from training.worker import train as run_worker
-    from training.worker_config import WorkerConfig
-    from training.worker_outcome import WorkerError
+    from training.scenarios.base import parse_scenario_sets
+    from training.worker.config import WorkerConfig
+    from training.worker.loop import train as run_worker
+    from training.worker.outcome import WorkerError
 
     try:
         sets = parse_scenario_sets(scenarios)
@@ -74,7 +74,7 @@ def train(
     runner = None
     if {"humaneval", "log"} & set(sets):
         from envpool.sandbox import SandboxError
-        from training.sandbox_runner import SandboxRunner
+        from training.scenarios.sandbox_runner import SandboxRunner
 
         try:
             runner = SandboxRunner(settings.sandbox)  # the student's code is contained like an agent's
@@ -117,8 +117,8 @@ def train_status(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Step, recent rewards, groups trained or skipped, and where the reward chart is."""
-    from training.db import StoreError
-    from training.status import read_status
+    from episodes.db import StoreError
+    from training.worker.status import read_status
 
     settings = cli_settings()
     store = open_store()
@@ -171,7 +171,7 @@ def policy_serve(
 
     Binding anything but loopback without a token is refused."""
     settings = cli_settings()
-    from training.http_auth import InsecureBind, check_bind
+    from common.http_auth import InsecureBind, check_bind
 
     bind = host or settings.policy_host
     token = settings.policy_token.get_secret_value() if settings.policy_token else None
@@ -183,7 +183,7 @@ def policy_serve(
 
     configure_logging(settings)
     from training.backends.base import BackendError
-    from training.gateway import serve
+    from training.gateway.app import serve
 
     try:
         serve(
@@ -214,8 +214,8 @@ def evaluate(
     configure_logging(settings)
     from envpool.sandbox import SandboxError
     from training.backends.base import BackendError
-    from training.eval import eval_current_policy
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.eval import eval_current_policy
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     try:
         runner = SandboxRunner(settings.sandbox)

@@ -11,10 +11,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from episodes.db import EpisodeClosed, EpisodeNotFound
+from episodes.records import Episode, EpisodeStatus, RewardSource
 from mcp_server.middleware import client_name, note_step
 from mcp_server.state import AppState, app_state
-from training.db import EpisodeClosed, EpisodeNotFound
-from training.records import Episode, EpisodeStatus, RewardSource
 
 log = structlog.get_logger(__name__)
 

@@ -22,14 +22,14 @@ from envpool.sandbox.base import (
     prepare_test_run,
     request_problem,
 )
+from episodes.db import EpisodeNotFound
+from episodes.records import RewardSource
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
-from training.db import EpisodeNotFound
-from training.records import RewardSource
-from training.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
+from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 
 Files = Annotated[
     dict[str, str] | None,
@@ -142,7 +142,7 @@ CHANGED_RECORDED = 100  # paths differing from HEAD recorded with a run_tests st
 def workspace_files(settings: Settings) -> tuple[dict[str, str], str]:
     """The served working tree's files for a test run and a line saying what was sent (nothing, and
     why, when no workspace is served or it is not a git working tree). The commit it is at goes into
-    the recorded step, so the episode can be re-checked from that commit later (`training.scenarios`)."""
+    the recorded step, so the episode can be re-checked from that commit later (`training.scenarios.base`)."""
     root = settings.served_workspace
     if root is None:
         return {}, f"not sent: {settings.no_workspace_reason()}"

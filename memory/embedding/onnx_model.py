@@ -12,7 +12,7 @@ halves the CPU cost per chunk:
    reshapes and transposes per head, the scaled product, a softmax) plus, shared by all layers,
    an additive mask built from `attention_mask` by another 20, becomes one onnxruntime
    `Attention` node with the three projections packed into one weight. It has no mask: the
-   embedder runs each text alone and unpadded (`memory.embedding.OnnxMiniLM`), so every mask is
+   embedder runs each text alone and unpadded (`memory.embedding.embedders.OnnxMiniLM`), so every mask is
    all ones and adds nothing. For a short text the nodes' own cost dominated: onnxruntime's
    profiler put a quarter of a 10-token query's run in Shape/Gather/Slice/Concat/Reshape/Transpose
    nodes;
@@ -27,7 +27,7 @@ stays level (the figures are in docs/search.md). The graph is written once per m
 directory, keyed by the shipped file's hash and the onnxruntime and recipe versions, atomically and
 under a file lock, so concurrent processes neither race nor read half a file.
 
-Preparing runs in a child process (`python -m memory.onnx_model SOURCE TARGET`): it imports `onnx`
+Preparing runs in a child process (`python -m memory.embedding.onnx_model SOURCE TARGET`): it imports `onnx`
 and onnxruntime's Python-side optimisers (about 0.7 s, 100 MB) and logs through the root logger,
 none of which belongs in a long-lived MCP server.
 """
@@ -108,7 +108,7 @@ def prepared_model_path(cache_dir: Path | None = None) -> Path:
             if not target.exists():
                 log.info("embedding_model_prepare", source=str(source), target=str(target))
                 done = subprocess.run(
-                    [sys.executable, "-m", "memory.onnx_model", str(source), str(target)],
+                    [sys.executable, "-m", "memory.embedding.onnx_model", str(source), str(target)],
                     capture_output=True,
                     text=True,
                     timeout=PREPARE_TIMEOUT_S,

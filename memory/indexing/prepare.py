@@ -1,6 +1,6 @@
 """One file made ready for the store: read, hashed, chunked, tokenized. What the indexer's worker
 processes run, so this module imports only what that needs: each worker is a fresh interpreter
-(spawn), and importing `memory.sync` there (numpy, the embedder, structlog and rich) took 0.3-0.4 s
+(spawn), and importing `memory.indexing.sync` there (numpy, the embedder, structlog and rich) took 0.3-0.4 s
 of a ~10 s whole-stdlib index before the first file was chunked."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from memory.chunking import ChunkSpan, chunk_id, chunk_text
-from memory.files import SourceFile, content_hash, decode_source, language_for, text_hash
+from memory.indexing.chunking import ChunkSpan, chunk_id, chunk_text
+from memory.indexing.files import SourceFile, content_hash, decode_source, language_for, text_hash
+from memory.indexing.tokens import token_string
 from memory.stores.base import ChunkRecord, FileState
-from memory.tokens import token_string
 
 
 def make_records(path: str, language: str, spans: Iterable[ChunkSpan]) -> list[ChunkRecord]:

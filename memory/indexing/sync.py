@@ -16,9 +16,9 @@ from pathlib import Path
 import structlog
 
 from memory.cpus import usable_cpus
-from memory.embedding import CachedEmbedder
-from memory.files import SourceFile, walk_workspace
-from memory.prepare import PreparedFile, keep_stdout_clean, prepare_file
+from memory.embedding.embedders import CachedEmbedder
+from memory.indexing.files import SourceFile, walk_workspace
+from memory.indexing.prepare import PreparedFile, keep_stdout_clean, prepare_file
 from memory.stores.base import ChunkRecord, FileState, Store
 
 log = structlog.get_logger(__name__)

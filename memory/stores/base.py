@@ -35,7 +35,7 @@ class ChunkRecord:
     symbol: str
     text: str
     name_tokens: str  # code tokens of the path and symbol: ranked above body matches
-    tokens: str  # space-separated code tokens of the text (memory.tokens), indexed for BM25
+    tokens: str  # space-separated code tokens of the text (memory.indexing.tokens), indexed for BM25
     embed_text: str  # what the embedder sees: symbol and signature context, then the code (no path,
     # so a renamed file reuses its cached vectors)
     embed_hash: str  # sha256 of embed_text, the embedding cache key

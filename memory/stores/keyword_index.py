@@ -18,7 +18,7 @@ count and k1 = 1.2, b = 0.75 (tested against FTS5's scores).
 It follows other processes' writes through `chunk_log` (a log of inserted and
 deleted rows, as `vector_log` is for vectors): row lengths are patched in place, deleted rows are
 skipped when scoring, and new rows' text is counted into the cached tokens it contains. Tokens
-are ASCII `[a-z0-9_]` words separated by spaces (memory/tokens.py), which is also exactly how FTS5's
+are ASCII `[a-z0-9_]` words separated by spaces (memory/indexing/tokens.py), which is also exactly how FTS5's
 `unicode61` tokenizer splits them, so counting by `str.split` agrees with FTS5.
 """
 

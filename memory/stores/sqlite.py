@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from common.sqlite_wal import open_wal
 from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_match, glob_regex, rrf
-from memory.sqlite_wal import open_wal
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex

@@ -7,7 +7,7 @@ import sqlite3
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
-from memory.sqlite_wal import open_wal
+from common.sqlite_wal import open_wal
 
 PROCESSES = 6
 FRESH_FILES = 30

@@ -9,10 +9,10 @@ import pytest
 pytest.importorskip("openai")
 
 from openai.types.chat.chat_completion import Choice  # noqa: E402
-from training_logdata import make_choice, policy_episode  # noqa: E402
 
-from training import codec  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
+from episodes import codec  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
+from tests.logdata import make_choice, policy_episode  # noqa: E402
 
 ODD_LOGPROBS = [-0.1, -1 / 3, -2.220446049250313e-16, -123.456789012345678]
 

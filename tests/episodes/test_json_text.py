@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.codec import decode_choice, encode_choice
-from training.log_rows import json_text
+from episodes.codec import decode_choice, encode_choice
+from episodes.rows import json_text
 
 STDLIB = json.JSONEncoder(ensure_ascii=True, default=str)
 

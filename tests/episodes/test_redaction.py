@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from training.redact import redact, redact_text
+from episodes.redaction import redact, redact_text
 
 SECRETS = [
     ("curl -H 'Authorization: Bearer abcDEF1234567890abcdef'", "abcDEF1234567890abcdef", "bearer_token"),
@@ -121,7 +121,7 @@ EVERY_PATTERN = {
 
 def redact_every_pattern(text: str) -> str:
     """The reference: every pattern in order, no triggers (what redaction did before the fast path)."""
-    import training.redact as module
+    import episodes.redaction as module
 
     for kind, pattern in module._PATTERNS:
         text = pattern.sub(module._replace(kind), text)
@@ -129,7 +129,7 @@ def redact_every_pattern(text: str) -> str:
 
 
 def test_every_pattern_is_still_caught() -> None:
-    import training.redact as module
+    import episodes.redaction as module
 
     assert set(EVERY_PATTERN) == {kind for kind, _ in module._PATTERNS}, "give each pattern an example"
     for kind, (text, secret) in EVERY_PATTERN.items():
@@ -225,7 +225,7 @@ def test_case_folding_covers_every_letter_ignorecase_takes_for_ascii() -> None:
     search a folded text, so folding must map each onto the letter it matches."""
     import string
 
-    from training.redact import _fold
+    from episodes.redaction import _fold
 
     letter = re.compile("(?i)[a-z]")
     odd = [chr(c) for c in range(128, 0x110000) if letter.fullmatch(chr(c))]
@@ -238,7 +238,7 @@ def test_case_folding_covers_every_letter_ignorecase_takes_for_ascii() -> None:
 def test_a_conversation_seen_before_is_redacted_from_memory() -> None:
     """An agent's whole conversation comes back with every turn: only the new message is scanned,
     and a remembered text gives back its redaction, never the original."""
-    from training import redact as module
+    from episodes import redaction as module
 
     key = "sk-" + "Q" * 30
     history = [f"message {i}: {key if i == 2 else ''}\n" + "x = compute(y)\n" * 40 for i in range(5)]

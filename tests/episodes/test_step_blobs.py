@@ -9,7 +9,7 @@ from typing import Any
 import hypothesis
 from hypothesis import strategies as st
 
-from training.step_blobs import BLOB_MIN_CHARS, join, split
+from episodes.step_blobs import BLOB_MIN_CHARS, join, split
 
 _long_texts = st.builds(lambda piece, n: piece * n, st.text(min_size=1, max_size=4), st.integers(BLOB_MIN_CHARS, 1300))
 _values = st.recursive(

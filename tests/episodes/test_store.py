@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from episodes.db import EpisodeClosed, EpisodeNotFound, SQLiteDatabase, StoreError, connect
+from episodes.migrations import MIGRATIONS, Migration, applied, migrate
+from episodes.policy_turns import EncodedTurn
+from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.redaction import redact
+from episodes.rows import MAX_TEXT_CHARS
+from episodes.store import EpisodeStore
 from tests.postgres_server import PostgresServer
-from training.db import EpisodeClosed, EpisodeNotFound, SQLiteDatabase, StoreError, connect
-from training.log_rows import MAX_TEXT_CHARS
-from training.migrations import MIGRATIONS, Migration, applied, migrate
-from training.policy_turns import EncodedTurn
-from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.redact import redact
-from training.store import EpisodeStore
 
-FROZEN_V1 = Path(__file__).parent / "data" / "episodes-0001.sqlite"
+FROZEN_V1 = Path(__file__).parents[1] / "data" / "episodes-0001.sqlite"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -269,7 +269,7 @@ def test_unsupported_urls_are_explained() -> None:
 def test_a_write_that_would_wait_says_so_instead(tmp_path: Path) -> None:
     import sqlite3
 
-    from training.db import StoreBusy
+    from episodes.db import StoreBusy
 
     store = EpisodeStore.open(str(tmp_path / "e.db"))
     ep = store.start_episode("t")
@@ -297,7 +297,7 @@ def test_a_write_that_would_wait_says_so_instead(tmp_path: Path) -> None:
 
 
 def test_postgres_writes_never_run_in_place(postgres_server: PostgresServer) -> None:
-    from training.db import StoreBusy
+    from episodes.db import StoreBusy
 
     store = EpisodeStore.open(postgres_server.create_database())
     ep = store.start_episode("t")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from training.db import EpisodeNotFound, PolicyTurnRefused, StoreError, connect
-from training.migrations import applied, migrate
-from training.policy_turns import EncodedTurn, PolicyTurns, TurnPrefix
-from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.run_records import GroupOutcome, RunState, TurnContext
-from training.store import EpisodeStore
-from training.training_runs import TrainingRuns
+from episodes.db import EpisodeNotFound, PolicyTurnRefused, StoreError, connect
+from episodes.migrations import applied, migrate
+from episodes.policy_turns import EncodedTurn, PolicyTurns, TurnPrefix
+from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.run_records import GroupOutcome, RunState, TurnContext
+from episodes.store import EpisodeStore
+from episodes.training_runs import TrainingRuns
 
 FROZEN = Path(__file__).parents[1] / "data" / "episodes-0001.sqlite"
 

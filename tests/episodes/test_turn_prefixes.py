@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from training.db import StoreError
-from training.policy_turns import EncodedTurn, TurnPrefix, common_prefix_length
-from training.records import EpisodeSource, EpisodeStatus
-from training.redact import redact
-from training.run_records import PolicyTurn, TurnContext
-from training.store import EpisodeStore
+from episodes.db import StoreError
+from episodes.policy_turns import EncodedTurn, TurnPrefix, common_prefix_length
+from episodes.records import EpisodeSource, EpisodeStatus
+from episodes.redaction import redact
+from episodes.run_records import PolicyTurn, TurnContext
+from episodes.store import EpisodeStore
 
 KEY = "sk-" + "q" * 32
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}} for i in range(20)]

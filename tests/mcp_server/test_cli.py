@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mcp_server.cli import app
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
+from mcp_server.cli.app import app
 from mcp_server.settings import load_settings
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 runner = CliRunner()
 
@@ -77,9 +77,9 @@ def test_episodes_list_show_export(episode_id: str, tmp_path: Path) -> None:
 
 
 def test_a_policy_episode_shows_its_turns(home: Path) -> None:
-    from training.codec import encode_choice
-    from training.policy_turns import EncodedTurn
-    from training.records import EpisodeSource
+    from episodes.codec import encode_choice
+    from episodes.policy_turns import EncodedTurn
+    from episodes.records import EpisodeSource
 
     store = EpisodeStore.open(load_settings().episode_db_url)
     ep = store.start_episode("write a number", source=EpisodeSource.policy)
@@ -227,8 +227,8 @@ def test_index_json_stays_json_when_workers_log_and_they_skip_the_cli_imports(
     assert json.loads(done.stdout)["files_indexed"] == 211
     assert "chunking.parse_failed" in done.stderr
     imported = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    assert imported.count("memory.prepare") == 3  # the parent and its two workers
-    assert imported.count("mcp_server.cli") == 1
+    assert imported.count("memory.indexing.prepare") == 3  # the parent and its two workers
+    assert imported.count("mcp_server.cli.app") == 1
 
 
 def test_run_refuses_a_program_that_is_not_utf8(home: Path, tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from tests.conftest import StdioServer
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 SERVERS = 4
 EPISODES_PER_SERVER = 6
@@ -49,7 +49,7 @@ def _drive(server: StdioServer, server_no: int) -> dict[str, float]:
 # number of finished episodes is there. It checks what it sees is never torn or going backwards.
 READER = r"""
 import json, sys, time
-from training.store import EpisodeStore
+from episodes.store import EpisodeStore
 
 url, expected, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = EpisodeStore.open(url)
@@ -86,7 +86,7 @@ def test_four_servers_and_a_reader_share_one_log(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=dict(os.environ),
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).parents[2],
     )
     servers = [stdio_server() for _ in range(SERVERS)]
     try:

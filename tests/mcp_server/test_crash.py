@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from episodes.migrations import MIGRATIONS
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from tests.conftest import StdioServer
-from training.migrations import MIGRATIONS
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 ROUNDS = 5
 ACKED_CALLS = 8

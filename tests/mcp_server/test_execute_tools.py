@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from episodes.records import RewardSource
+from episodes.store import EpisodeStore
 from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
 from mcp_server.tools.execute import RunCodeResult, _fit, parse_test_counts, reward_from_tests
 from tests.git_repos import git
 from tests.mcp_calls import call_error, call_ok
-from training.records import RewardSource
-from training.store import EpisodeStore
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 
@@ -170,7 +170,7 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     """An agent working in the repository asks for `python -m pytest`: the project's files as on disk
     run, `files` and `patch` go on top, an ignored secret stays home, and each step records the
     commit, so the episode becomes a scenario re-checkable from that commit."""
-    from training.scenarios import scenarios_from_log
+    from training.scenarios.base import scenarios_from_log
 
     root = tmp_path / "project"
     root.mkdir()

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from mcp import Client
 from mcp_types import CallToolResult, Tool
 
+from episodes.store import EpisodeStore
 from mcp_server.server import build_server
 from mcp_server.settings import load_settings
-from training.store import EpisodeStore
 
 ERAS = ["legacy", "auto"]
 EXAMPLES_PER_TOOL = 50

@@ -20,13 +20,13 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.testclient import TestClient
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from mcp_server.http import BearerAuth, HttpConfigError, build_http_app
 from mcp_server.server import build_server
 from mcp_server.settings import load_settings
 from tests.conftest import HttpServer, free_port
 from tests.mcp_calls import call_ok
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 ERAS = [("legacy", "2025-11-25"), ("auto", "2026-07-28")]
 TOKEN = "test-token-0123456789abcdef"

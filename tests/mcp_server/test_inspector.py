@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from tests.conftest import HttpServer
 from tests.mcp_calls import ALL_TOOLS
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
-INSPECTOR = Path(__file__).resolve().parent.parent / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
+INSPECTOR = Path(__file__).resolve().parents[2] / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
 
 pytestmark = pytest.mark.skipif(
     not INSPECTOR.exists(), reason=f"MCP Inspector not installed at {INSPECTOR}: run scripts/setup.sh (needs npm)"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcp_server.install import (
+from mcp_server.cli.install import (
     Host,
     InstallError,
     ServerLaunch,
@@ -465,7 +465,7 @@ def test_blank_server_name_is_rejected(home: Path, launch: ServerLaunch) -> None
 
 # --- checked-in examples -----------------------------------------------------------------------
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "clients"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clients"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the placeholder is a POSIX path")

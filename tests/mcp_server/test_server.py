@@ -11,11 +11,11 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
 from tests.mcp_calls import call_error, call_ok
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 ERAS = ["legacy", "auto"]  # handshake era (2025-11-25, IDE hosts today) and 2026-07-28
 

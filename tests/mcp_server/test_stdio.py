@@ -17,10 +17,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from tests.conftest import StdioServer
 from tests.mcp_calls import ALL_TOOLS, call_ok
-from training.records import EpisodeStatus, RewardSource
-from training.store import EpisodeStore
 
 
 @pytest.mark.anyio

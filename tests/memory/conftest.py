@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from memory.chunking import chunk_text
-from memory.embedding import CachedEmbedder, EmbeddingCache, OnnxMiniLM
-from memory.prepare import make_records
+from memory.embedding.embedders import CachedEmbedder, EmbeddingCache, OnnxMiniLM
+from memory.indexing.chunking import chunk_text
+from memory.indexing.prepare import make_records
 from memory.stores.base import FileState, Store
 
 

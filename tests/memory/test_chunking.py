@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.chunking import MAX_CHUNK_CHARS, ChunkSpan, chunk_text
+from memory.indexing.chunking import MAX_CHUNK_CHARS, ChunkSpan, chunk_text
 
 
 def spans(text: str, language: str) -> list[tuple[str, str, int, int]]:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.files import decode_source, language_for, walk_workspace
-from memory.tokens import code_tokens, query_tokens, split_identifier, token_string
+from memory.indexing.files import decode_source, language_for, walk_workspace
+from memory.indexing.tokens import code_tokens, query_tokens, split_identifier, token_string
 
 
 def test_identifier_splitting() -> None:
@@ -24,7 +24,7 @@ def test_words_are_ascii_runs_and_a_leading_number_stands_alone() -> None:
 
 
 def test_remembered_expansions_stay_bounded_and_correct(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memory import tokens
+    from memory.indexing import tokens
 
     monkeypatch.setattr(tokens, "EXPANSIONS_KEPT", 3)
     monkeypatch.setattr(tokens, "_EXPANSIONS", tokens._Expansions())

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import memory.stores.sqlite as sqlite_store
+from memory.indexing.tokens import query_tokens
 from memory.stores.base import Filters
 from memory.stores.sqlite import BM25_WEIGHTS, SQLiteStore
-from memory.tokens import query_tokens
 from tests.memory.conftest import index_text
 
 WORDS = ["parse", "header", "email", "socket", "timeout", "json", "string", "case", "title", "file", "path", "tree"]

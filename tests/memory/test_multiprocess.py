@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memory.config import MemoryConfig
-from memory.embedding import CachedEmbedder
+from memory.embedding.embedders import CachedEmbedder
 from memory.service import MemoryService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +83,8 @@ def test_killed_indexer_leaves_usable_index_that_resumes(
 
 def test_sqlite_vector_copies_follow_other_connections(tmp_path: Path, embedder: CachedEmbedder) -> None:
     """Two connections (as two processes would have): B's numpy copy follows A's writes and deletes."""
-    from memory.chunking import chunk_text
-    from memory.prepare import make_records
+    from memory.indexing.chunking import chunk_text
+    from memory.indexing.prepare import make_records
     from memory.stores.base import FileState, Filters
     from memory.stores.sqlite import SQLiteStore
     from tests.memory.conftest import FIXTURE_FILES

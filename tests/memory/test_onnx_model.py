@@ -1,4 +1,4 @@
-"""The prepared int8-matmul MiniLM graph (memory/onnx_model.py), against the shipped one."""
+"""The prepared int8-matmul MiniLM graph (memory/embedding/onnx_model.py), against the shipped one."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from memory.embedding import OnnxMiniLM
-from memory.errors import EmbedderError
-from memory.onnx_model import (
+from memory.embedding.embedders import OnnxMiniLM
+from memory.embedding.onnx_model import (
     NUM_HEADS,
     drop_nan_guards,
     fuse_attention,
@@ -22,6 +21,7 @@ from memory.onnx_model import (
     prepared_model_target,
     shipped_model_path,
 )
+from memory.errors import EmbedderError
 
 CODE = [
     "def read_config(path):\n    with open(path) as fh:\n        return json.load(fh)",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memory.config import MemoryConfig
-from memory.embedding import CachedEmbedder, OnnxMiniLM, OpenAIEmbedder
+from memory.embedding.embedders import CachedEmbedder, OnnxMiniLM, OpenAIEmbedder
 from memory.errors import EmbedderError, QueryError, RlideMemoryError, WorkspaceError
 from memory.service import MemoryService
 from memory.solutions import SolvedEpisode
@@ -109,8 +109,8 @@ def test_solutions_roundtrip(svc: MemoryService) -> None:
 def test_sqlite_migrations_and_model_change(tmp_path: Path) -> None:
     path = tmp_path / "idx.sqlite"
     store = SQLiteStore(path, model_id="model-a", dim=4)
-    from memory.chunking import chunk_text
-    from memory.prepare import make_records
+    from memory.indexing.chunking import chunk_text
+    from memory.indexing.prepare import make_records
     from memory.stores.base import FileState
 
     recs = make_records("a.py", "python", chunk_text("def f(x):\n    return x + 1\n" * 3, "python"))

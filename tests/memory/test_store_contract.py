@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.embedding import CachedEmbedder
+from memory.embedding.embedders import CachedEmbedder
 from memory.errors import QueryError
+from memory.indexing.tokens import query_tokens
 from memory.stores.base import Filters, Store
-from memory.tokens import query_tokens
 from tests.memory.conftest import FIXTURE_FILES, index_text
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memory.config import MemoryConfig
-from memory.embedding import CachedEmbedder
+from memory.embedding.embedders import CachedEmbedder
 from memory.service import MemoryService
 
 
@@ -126,12 +126,12 @@ def test_bulk_path_in_worker_processes_matches_serial(
     repo: Path, embedder: CachedEmbedder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Large syncs chunk in spawn worker processes; the result must equal the in-process path."""
-    import memory.sync
+    import memory.indexing.sync
 
     with _service(repo, embedder) as serial:
         serial.indexer.sync(embed=False)
         expected = sorted((c.chunk_id, c.embed_hash) for c in serial.store.pending(1000))
-    monkeypatch.setattr(memory.sync, "PARALLEL_MIN_FILES", 1)
+    monkeypatch.setattr(memory.indexing.sync, "PARALLEL_MIN_FILES", 1)
     config = MemoryConfig(workspace=repo, index_path=tmp_path / "parallel.sqlite")
     with MemoryService(config, embedder=embedder) as parallel:
         progress = parallel.indexer.sync(embed=False)
@@ -143,14 +143,14 @@ def test_bulk_path_in_worker_processes_matches_serial(
 def test_bulk_syncs_take_a_worker_per_cpu_they_may_use_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process pinned to one CPU (a container's cpuset, `taskset`) prepares files in-process
     rather than in two workers fighting over that CPU; a big machine gets more, up to the cap."""
-    import memory.sync
+    import memory.indexing.sync
 
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(allowed)})
     try:
-        assert memory.sync.worker_count() == 1
+        assert memory.indexing.sync.worker_count() == 1
     finally:
         os.sched_setaffinity(0, allowed)
-    assert memory.sync.worker_count() == min(len(allowed), memory.sync.PARALLEL_WORKERS_MAX)
+    assert memory.indexing.sync.worker_count() == min(len(allowed), memory.indexing.sync.PARALLEL_WORKERS_MAX)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
-    assert memory.sync.worker_count() == memory.sync.PARALLEL_WORKERS_MAX == 4
+    assert memory.indexing.sync.worker_count() == memory.indexing.sync.PARALLEL_WORKERS_MAX == 4

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from memory.config import MemoryConfig
+from memory.indexing.sync import Progress
 from memory.service import MemoryService
-from memory.sync import Progress
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from training.backends.base import BackendConfig, BackendError, BackendUnavailable, TrainResult, checkpoint_steps
-from training.groups import Group, to_art
+from training.data.groups import Group, to_art
 
 _T = TypeVar("_T")
 DEFAULT_LR = 5e-6

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from training.groups import Group
+from training.data.groups import Group
 
 BACKENDS = {
     "cpu": "training.backends.cpu:CpuBackend",

@@ -37,7 +37,7 @@ from training.backends.base import (  # noqa: E402
     checkpoint_steps,
 )
 from training.backends.tiny import ensure_base  # noqa: E402
-from training.groups import Group, to_art  # noqa: E402
+from training.data.groups import Group, to_art  # noqa: E402
 
 DEFAULT_LR = 2e-2
 """High, because the tiny model starts from random weights and must move within a handful of steps."""

@@ -25,10 +25,10 @@ import json
 from collections import defaultdict
 from typing import Any, Literal, TextIO
 
-from training.codec import CHOICE_TAG, as_message
-from training.records import Episode, EpisodeDetail, EpisodeSource
-from training.run_records import PolicyTurn
-from training.store import EpisodeStore
+from episodes.codec import CHOICE_TAG, as_message
+from episodes.records import Episode, EpisodeDetail, EpisodeSource
+from episodes.run_records import PolicyTurn
+from episodes.store import EpisodeStore
 
 Format = Literal["sft", "dpo", "art"]
 FORMATS: tuple[str, ...] = ("sft", "dpo", "art")
@@ -280,7 +280,7 @@ def export(store: EpisodeStore, fmt: str, min_reward: float | None, out: TextIO)
 
 def load_art_groups(lines: TextIO) -> list[Any]:
     """Read `art` export lines back as ART `TrajectoryGroup`s with real `Choice`s (imports ART)."""
-    from training.groups import Group, Trajectory, to_art
+    from training.data.groups import Group, Trajectory, to_art
 
     groups = []
     for n, line in enumerate(lines):

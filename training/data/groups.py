@@ -15,10 +15,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from training.codec import CHOICE_TAG, decode_conversation
-from training.records import EpisodeSource
-from training.run_records import GroupOutcome
-from training.store import EpisodeStore
+from episodes.codec import CHOICE_TAG, decode_conversation
+from episodes.records import EpisodeSource
+from episodes.run_records import GroupOutcome
+from episodes.store import EpisodeStore
 
 LOG_GROUP_PREFIX = "log:"
 
@@ -112,7 +112,7 @@ def consumed_episode_ids(keys: set[str]) -> set[str]:
 
 def policy_trajectory(store: EpisodeStore, episode_id: str, reward: float) -> Trajectory | None:
     """Rebuild a policy episode's conversation from its recorded turns (choices stay exact)."""
-    from training.export import policy_conversation
+    from training.data.export import policy_conversation
 
     items, tools, steps = policy_conversation(store.turns.policy_turns(episode_id))
     if not items:

@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
-from training.codec import as_message
-from training.groups import Group, Trajectory
+from episodes.codec import as_message
+from training.data.groups import Group, Trajectory
 
 log = structlog.get_logger(__name__)
 

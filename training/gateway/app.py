@@ -13,9 +13,9 @@ episode whose every assistant turn is exactly what was sampled, which is what GR
 
 Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bearer <token>`, which is
 what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
-(`training.http_auth`, the same rule and middleware as the MCP HTTP transport).
+(`common.http_auth`, the same rule and middleware as the MCP HTTP transport).
 
-The model behind it is a `PolicyEngine` (`training.policy_engines`): `TransformersEngine` serves the
+The model behind it is a `PolicyEngine` (`training.gateway.engines`): `TransformersEngine` serves the
 cpu backend's checkpoints (the tiny model) and reloads when a newer checkpoint appears. This module
 imports no torch; the engine does, when it is built.
 """
@@ -37,15 +37,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from common.http_auth import check_bind, protect
+from episodes.codec import CHOICE_TAG, encode_choice
+from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
+from episodes.policy_turns import EncodedTurn, RedactedRequest
+from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.run_records import TurnContext
+from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
-from training.codec import CHOICE_TAG, encode_choice
-from training.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
-from training.http_auth import check_bind, protect
-from training.policy_engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
-from training.policy_turns import EncodedTurn, RedactedRequest
-from training.records import EpisodeSource, EpisodeStatus, RewardSource
-from training.run_records import TurnContext
-from training.store import EpisodeStore
+from training.gateway.engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
 
 MAX_TOKENS_LIMIT = 4096
 FORWARDED_OPTIONS = (

@@ -1,4 +1,4 @@
-"""The policy engines behind the policy endpoint (`training.gateway`): what samples a completion.
+"""The policy engines behind the policy endpoint (`training.gateway.app`): what samples a completion.
 
 `PolicyEngine` is the protocol; `TransformersEngine` serves a cpu-backend run's latest checkpoint
 (the tiny model, on transformers: imported when the engine is built, never by this module), and

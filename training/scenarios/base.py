@@ -3,12 +3,12 @@
 A scenario is a task (chat messages), a workspace snapshot reference, and a verifier that turns a
 completion into a reward. Three verifiers:
 
-    toy        a pure function (training.toy): exact, instant, for the CPU learning demo
+    toy        a pure function (training.scenarios.toy): exact, instant, for the CPU learning demo
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
     command    a test command (or the test code given to run_tests) re-run in the workspace
                snapshot (needs a workspace runner): the files
                recorded with the episode, or a git commit of the episode's workspace repository
-               (`training.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
+               (`training.scenarios.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
                taken from the episode's FIRST re-checkable test run (the workspace before the agent's
                fix, see `_scenario_from_detail`)
 
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from training.records import Episode, EpisodeDetail, RewardSource
-from training.store import EpisodeStore
-from training.toy import digit_share
+from episodes.records import Episode, EpisodeDetail, RewardSource
+from episodes.store import EpisodeStore
+from training.scenarios.toy import digit_share
 
 Split = Literal["train", "heldout", "all"]
 VerifierKind = Literal["toy", "humaneval", "command"]
@@ -63,7 +63,7 @@ class WorkspaceRunner(Protocol):
     """Runs tests on a fresh workspace: `files`, or when there are none the snapshot `snapshot`
     names (a git ref of the repository at `workspace`), with the student's `patch` applied first.
     The tests are a shell `test_command` or Python test code `tests` (exactly one, as envpool's
-    `TestRunRequest` takes them). `training.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
+    `TestRunRequest` takes them). `training.scenarios.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
 
     def run_tests(
         self,
@@ -276,7 +276,7 @@ def humaneval_scenarios(split: Split = "all", limit: int | None = None) -> list[
 
 
 def toy_scenarios() -> list[Scenario]:
-    from training.toy import PROMPTS
+    from training.scenarios.toy import PROMPTS
 
     return [
         Scenario(id=f"toy/{i}", messages=({"role": "user", "content": p},), verifier=Verifier("toy"))

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from training.scenarios import ProgramRunner, Scenario, Split, builtin, humaneval_program
+from training.scenarios.base import ProgramRunner, Scenario, Split, builtin, humaneval_program
 
 
 class CompletionPolicy(Protocol):
@@ -106,7 +106,7 @@ def eval_current_policy(
     max_tokens: int = 256,
 ) -> EvalReport:
     """pass@1 of the latest checkpoint of a cpu-backend run (wired as `rlide eval`)."""
-    from training.policy_engines import TransformersEngine
+    from training.gateway.engines import TransformersEngine
 
     engine = TransformersEngine(backend_config)
     return evaluate(

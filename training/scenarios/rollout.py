@@ -8,10 +8,17 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from episodes.codec import encode_choice
 from training.backends.base import ContextTooLong, TrainingBackend
-from training.codec import encode_choice
-from training.groups import Group, Trajectory
-from training.scenarios import ProgramRunner, Scenario, VerifierUnavailable, WorkspaceRunner, check_verifier, verify
+from training.data.groups import Group, Trajectory
+from training.scenarios.base import (
+    ProgramRunner,
+    Scenario,
+    VerifierUnavailable,
+    WorkspaceRunner,
+    check_verifier,
+    verify,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,8 @@ sandbox as the MCP tools, never a bare subprocess.
 from __future__ import annotations
 
 from envpool.sandbox import RunRequest, RunResult, RunStatus, Sandbox, TestRunRequest, make_sandbox, prepare_test_run
-from training.scenarios import RunOutcome, VerifierUnavailable
-from training.snapshots import GitSnapshots
+from training.scenarios.base import RunOutcome, VerifierUnavailable
+from training.scenarios.snapshots import GitSnapshots
 
 OUTPUT_TAIL = 4_000
 

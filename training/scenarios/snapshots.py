@@ -18,7 +18,7 @@ Resolved snapshots are cached per (repository, commit id): a commit's tree never
 `GitSnapshots.working_tree(repo)` reads what a test run of the working tree needs: the tracked and
 untracked files that are not ignored (`git ls-files --cached --others --exclude-standard`), as they
 are on disk, uncommitted edits included, under the same limits and with the same files left out,
-and untracked files that hold credentials too (`memory.files.is_secret_path`: a `.env`, a key or
+and untracked files that hold credentials too (`memory.indexing.files.is_secret_path`: a `.env`, a key or
 a `.docker/config.json` nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
 """
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
-from memory.files import is_secret_path
-from training.scenarios import VerifierUnavailable
+from memory.indexing.files import is_secret_path
+from training.scenarios.base import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
 """Half a sandbox request: the rest is left for the patch and the test command."""

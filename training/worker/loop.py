@@ -26,12 +26,12 @@ reward total reaches `sft_min_reward` are waiting (not yet used by this run), an
 backend without a supervised step skips them: the run records how many wait and why, no error.
 
 One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`
-(`training.run_lock`). Backend errors back off exponentially (`backoff_initial_s` ..
+(`training.worker.run_lock`). Backend errors back off exponentially (`backoff_initial_s` ..
 `backoff_max_s`) and give up after `max_backend_failures` in a row; `no_signal_patience` batches in
 a row without a trainable group stop the worker with a message saying why.
 
-What the worker is given is `training.worker_config`; how it ends (its report and stop reason, or
-an error) is `training.worker_outcome`.
+What the worker is given is `training.worker.config`; how it ends (its report and stop reason, or
+an error) is `training.worker.outcome`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from typing import Any
 
 import structlog
 
+from episodes.db import StoreError
+from episodes.run_records import GroupOutcome, RunState
+from episodes.store import EpisodeStore
 from training.backends.base import (
     BackendError,
     BackendUnavailable,
@@ -54,14 +57,10 @@ from training.backends.base import (
     TrainingBackend,
     make_backend,
 )
-from training.db import StoreError
-from training.export import sft_record
-from training.groups import Group, filter_groups, groups_from_log
-from training.judge import JudgeConfig, judge_group
-from training.rollout import next_attempt, rollout_groups
-from training.run_lock import RunLock
-from training.run_records import GroupOutcome, RunState
-from training.scenarios import (
+from training.data.export import sft_record
+from training.data.groups import Group, filter_groups, groups_from_log
+from training.data.judge import JudgeConfig, judge_group
+from training.scenarios.base import (
     LOG_SET,
     LogScenarios,
     ProgramRunner,
@@ -70,9 +69,10 @@ from training.scenarios import (
     builtin,
     parse_scenario_sets,
 )
-from training.store import EpisodeStore
-from training.worker_config import WorkerConfig
-from training.worker_outcome import StopReason, WorkerError, WorkerReport
+from training.scenarios.rollout import next_attempt, rollout_groups
+from training.worker.config import WorkerConfig
+from training.worker.outcome import StopReason, WorkerError, WorkerReport
+from training.worker.run_lock import RunLock
 
 log = structlog.get_logger(__name__)
 
@@ -334,7 +334,7 @@ class Worker:
             seconds=round(metrics["perf/step_seconds"], 2),
         )
         if cfg.plot_path is not None:
-            from training.plot import plot_run
+            from training.worker.plot import plot_run
 
             plot_run(self.store, cfg.run, cfg.plot_path)
         return True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.store import EpisodeStore
+from episodes.store import EpisodeStore
 
 
 def plot_series(

@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from training.worker_outcome import WorkerError
+from training.worker.outcome import WorkerError
 
 
 class WorkerBusy(WorkerError):

@@ -10,9 +10,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from training.db import StoreError
-from training.run_records import RunState
-from training.store import EpisodeStore
+from episodes.db import StoreError
+from episodes.run_records import RunState
+from episodes.store import EpisodeStore
 
 RECENT_STEPS = 20
 

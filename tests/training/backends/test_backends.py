@@ -10,7 +10,7 @@ import pytest
 
 from training.backends import BackendConfig, BackendUnavailable, make_backend
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_unknown_backend_names_the_choices(tmp_path: Path) -> None:
@@ -44,9 +44,9 @@ def test_light_modules_import_no_heavy_packages() -> None:
     """What the MCP server may import (status, store, export, scenarios, groups) pulls in no torch/art/ray."""
     code = (
         "import sys\n"
-        "import training.status, training.store, training.export, training.scenarios, training.groups,"
-        " training.worker, training.backends, training.codec, training.gateway,"
-        " training.policy_engines\n"
+        "import training.worker.status, episodes.store, training.data.export, training.scenarios.base,"
+        " training.data.groups, training.worker.loop, training.backends, episodes.codec, training.gateway.app,"
+        " training.gateway.engines\n"
         "heavy = ('torch', 'art', 'ray', 'transformers', 'openai', 'matplotlib')\n"
         "print(','.join(sorted(m for m in heavy if m in sys.modules)))\n"
     )

@@ -18,20 +18,20 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("art")
 pytest.importorskip("peft")
 
+from episodes.codec import encode_choice  # noqa: E402
+from episodes.run_records import RunState  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
 from training.backends.base import BackendConfig, checkpoint_steps, make_backend  # noqa: E402
-from training.codec import encode_choice  # noqa: E402
-from training.groups import Group, Trajectory  # noqa: E402
-from training.rollout import rollout_groups  # noqa: E402
-from training.run_records import RunState  # noqa: E402
-from training.scenarios import toy_scenarios  # noqa: E402
-from training.status import read_status  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
-from training.toy import toy_tasks  # noqa: E402
-from training.worker import train  # noqa: E402
-from training.worker_config import WorkerConfig  # noqa: E402
-from training.worker_outcome import StopReason  # noqa: E402
+from training.data.groups import Group, Trajectory  # noqa: E402
+from training.scenarios.base import toy_scenarios  # noqa: E402
+from training.scenarios.rollout import rollout_groups  # noqa: E402
+from training.scenarios.toy import toy_tasks  # noqa: E402
+from training.worker.config import WorkerConfig  # noqa: E402
+from training.worker.loop import train  # noqa: E402
+from training.worker.outcome import StopReason  # noqa: E402
+from training.worker.status import read_status  # noqa: E402
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 
 
 def test_one_real_grpo_step_in_art_layout(tmp_path: Path) -> None:
@@ -98,8 +98,8 @@ def test_sigterm_finishes_the_step_and_exits(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         from pathlib import Path
         from training.backends.base import BackendConfig
-        from training.worker import train
-        from training.worker_config import WorkerConfig
+        from training.worker.loop import train
+        from training.worker.config import WorkerConfig
         cfg = WorkerConfig(database_url={str(tmp_path / "ep.db")!r},
                            backend=BackendConfig(path=Path({str(tmp_path / "art")!r})), groups_per_step=2)
         report = train(cfg, daemon=True)
@@ -148,10 +148,9 @@ def test_sft_on_exported_records_lowers_the_loss(tmp_path: Path) -> None:
     import io
     import json
 
-    from training_logdata import external_episode
-
+    from tests.logdata import external_episode
     from training.backends.cpu import sft_example
-    from training.export import export
+    from training.data.export import export
 
     store = EpisodeStore.open(str(tmp_path / "ep.db"))
     for i in range(3):
@@ -177,10 +176,10 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
 ) -> None:
     import json
 
-    from training_logdata import external_episode
     from typer.testing import CliRunner
 
-    from mcp_server.cli import app
+    from mcp_server.cli.app import app
+    from tests.logdata import external_episode
 
     db = tmp_path / "ep.db"
     store = EpisodeStore.open(str(db))

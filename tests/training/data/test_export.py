@@ -6,11 +6,11 @@ import io
 import json
 
 import pytest
-from training_logdata import external_episode, policy_episode
 
-from training.export import ExportError, export
-from training.records import EpisodeStatus
-from training.store import EpisodeStore
+from episodes.records import EpisodeStatus
+from episodes.store import EpisodeStore
+from tests.logdata import external_episode, policy_episode
+from training.data.export import ExportError, export
 
 pytest.importorskip("openai")  # policy turns are built from real `Choice` objects
 
@@ -84,7 +84,7 @@ def test_art_groups_round_trip_to_real_choices(log: EpisodeStore) -> None:
     assert sorted(len(r["trajectories"]) for r in records) == [2, 3]
     assert run(log, "art", min_reward=1.5) == []
     pytest.importorskip("art")
-    from training.export import load_art_groups
+    from training.data.export import load_art_groups
 
     out = io.StringIO()
     export(log, "art", None, out)

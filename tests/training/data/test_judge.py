@@ -9,11 +9,10 @@ import pytest
 pytest.importorskip("art", reason="the training extra is not installed")
 pytest.importorskip("openai")
 
-from training_logdata import make_choice  # noqa: E402
-
-from training.codec import encode_item  # noqa: E402
-from training.groups import Group, Trajectory, filter_groups  # noqa: E402
-from training.judge import JudgeConfig, judge_group  # noqa: E402
+from episodes.codec import encode_item  # noqa: E402
+from tests.logdata import make_choice  # noqa: E402
+from training.data.groups import Group, Trajectory, filter_groups  # noqa: E402
+from training.data.judge import JudgeConfig, judge_group  # noqa: E402
 
 
 def _trajectory(answer: str, reward: float) -> Trajectory:

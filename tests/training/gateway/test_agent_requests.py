@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from training_logdata import CannedEngine
 
-from training.codec import decode_choice
-from training.gateway import MAX_TOKENS_LIMIT, Gateway
-from training.store import EpisodeStore
+from episodes.codec import decode_choice
+from episodes.store import EpisodeStore
+from tests.logdata import CannedEngine
+from training.gateway.app import MAX_TOKENS_LIMIT, Gateway
 
 openai = pytest.importorskip("openai")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from training_logdata import CannedEngine
 
-from training.gateway import MAX_REQUEST_BYTES, Gateway
-from training.store import EpisodeStore
+from episodes.store import EpisodeStore
+from tests.logdata import CannedEngine
+from training.gateway.app import MAX_REQUEST_BYTES, Gateway
 
 USER = {"role": "user", "content": "Write a number."}
 TOOL = {"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}

@@ -16,16 +16,16 @@ openai = pytest.importorskip("openai")
 
 from starlette.testclient import TestClient  # noqa: E402
 
+from episodes.codec import decode_choice  # noqa: E402
+from episodes.db import SQLiteDatabase  # noqa: E402
+from episodes.records import EpisodeStatus  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
-from training.codec import decode_choice  # noqa: E402
-from training.db import SQLiteDatabase  # noqa: E402
-from training.gateway import Gateway  # noqa: E402
-from training.groups import groups_from_log  # noqa: E402
-from training.policy_engines import TransformersEngine  # noqa: E402
-from training.records import EpisodeStatus  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
-from training.worker import train  # noqa: E402
-from training.worker_config import WorkerConfig  # noqa: E402
+from training.data.groups import groups_from_log  # noqa: E402
+from training.gateway.app import Gateway  # noqa: E402
+from training.gateway.engines import TransformersEngine  # noqa: E402
+from training.worker.config import WorkerConfig  # noqa: E402
+from training.worker.loop import train  # noqa: E402
 
 
 @pytest.fixture
@@ -114,8 +114,8 @@ def test_a_redacted_turn_is_still_continued_token_in_token_out(
     """The log holds the completion redacted, the client echoes it as sent: the conversation still
     continues the stored turn, and the engine splices the exact earlier tokens instead of
     re-tokenizing the text."""
-    from training.policy_engines import PriorTurn
-    from training.redact import redact
+    from episodes.redaction import redact
+    from training.gateway.engines import PriorTurn
 
     gateway, _, _ = setup
     engine = gateway.engine
@@ -184,7 +184,7 @@ def test_a_prompt_past_the_models_context_is_refused_and_an_answer_stops_at_it(
     """Past its positions the model would still compute, on positions it never trained on. Through a
     proxy the upstream's refusal reaches the client as the same 400 (agents shorten their history on
     it), not as a 502 they would retry."""
-    from training.policy_engines import ProxyEngine
+    from training.gateway.engines import ProxyEngine
 
     gateway, http, _ = setup
     context = gateway.engine._model.config.max_position_embeddings  # type: ignore[attr-defined]
@@ -203,7 +203,7 @@ def test_a_prompt_past_the_models_context_is_refused_and_an_answer_stops_at_it(
 def test_a_proxy_forwards_sampling_options_to_its_upstream(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     """What the agent asked for (top_p, tool_choice, response_format, vLLM's top_k) reaches the server
     behind the proxy, which honors what it can: here top_p, so a one-token nucleus is greedy."""
-    from training.policy_engines import ProxyEngine
+    from training.gateway.engines import ProxyEngine
 
     gateway, _, _ = setup
     upstream = TestClient(gateway.app)
@@ -250,7 +250,7 @@ def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]
 
 def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     """A gateway in front of another OpenAI-compatible server (here: a cpu gateway standing in for vLLM)."""
-    from training.policy_engines import ProxyEngine
+    from training.gateway.engines import ProxyEngine
 
     upstream, upstream_http, config = setup
     proxy = Gateway(ProxyEngine("http://testserver/v1", "student", http_client=upstream_http), upstream.store)

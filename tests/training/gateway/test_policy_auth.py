@@ -1,4 +1,4 @@
-"""The policy endpoint's bearer token: the same rule as the MCP HTTP transport (training.http_auth).
+"""The policy endpoint's bearer token: the same rule as the MCP HTTP transport (common.http_auth).
 
 Driven over real HTTP: starlette's TestClient, and a real uvicorn on loopback for the OpenAI client.
 The engine is `CannedEngine` (a real PolicyEngine without torch), so these run without the training extra.
@@ -17,15 +17,15 @@ import httpx
 import pytest
 import uvicorn
 from starlette.testclient import TestClient
-from training_logdata import CannedEngine
 from typer.testing import CliRunner
 
-from mcp_server.cli import app as cli_app
+from common.http_auth import InsecureBind
+from episodes.store import EpisodeStore
+from mcp_server.cli.app import app as cli_app
 from tests.conftest import free_port
+from tests.logdata import CannedEngine
 from training.backends.base import BackendConfig
-from training.gateway import Gateway, serve
-from training.http_auth import InsecureBind
-from training.store import EpisodeStore
+from training.gateway.app import Gateway, serve
 
 TOKEN = "policy-token-5f2c9a1e"
 CHAT = {"model": "student", "messages": [{"role": "user", "content": "Write a number."}], "max_tokens": 4}

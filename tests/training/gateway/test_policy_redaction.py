@@ -15,13 +15,13 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
-from training_logdata import CannedEngine, make_choice
 
-from training.codec import CHOICE_TAG, decode_choice, encode_choice
-from training.gateway import Gateway
-from training.policy_turns import EncodedTurn, RedactedRequest, common_prefix_length, redact_choice
-from training.redact import redact
-from training.store import EpisodeStore
+from episodes.codec import CHOICE_TAG, decode_choice, encode_choice
+from episodes.policy_turns import EncodedTurn, RedactedRequest, common_prefix_length, redact_choice
+from episodes.redaction import redact
+from episodes.store import EpisodeStore
+from tests.logdata import CannedEngine, make_choice
+from training.gateway.app import Gateway
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 GITHUB_TOKEN = "ghp_" + "A1b2" * 9

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from training.records import EpisodeStatus, RewardSource
-from training.scenarios import LogScenarios, parse_scenario_sets, scenarios_from_log, verify
-from training.store import EpisodeStore
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
+from training.scenarios.base import LogScenarios, parse_scenario_sets, scenarios_from_log, verify
 
 BROKEN = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -78,7 +78,7 @@ def given_tests_episode(store: EpisodeStore) -> str:
 def test_a_canned_fix_scores_1_and_a_wrong_one_0_in_the_sandbox(
     store: EpisodeStore, episode: Callable[[EpisodeStore], str]
 ) -> None:
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     episode(store)
     [scenario] = scenarios_from_log(store)

@@ -19,16 +19,15 @@ pytest.importorskip("peft")
 if shutil.which("bwrap") is None:
     pytest.skip("bubblewrap missing: `make setup` installs it", allow_module_level=True)
 
-from test_log_scenarios import BROKEN, fixed_episode  # noqa: E402
-
+from episodes.store import EpisodeStore  # noqa: E402
+from tests.training.scenarios.test_log_scenarios import BROKEN, fixed_episode  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
-from training.sandbox_runner import SandboxRunner  # noqa: E402
-from training.scenarios import RunOutcome  # noqa: E402
-from training.status import read_status  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
-from training.worker import train  # noqa: E402
-from training.worker_config import WorkerConfig  # noqa: E402
-from training.worker_outcome import StopReason  # noqa: E402
+from training.scenarios.base import RunOutcome  # noqa: E402
+from training.scenarios.sandbox_runner import SandboxRunner  # noqa: E402
+from training.worker.config import WorkerConfig  # noqa: E402
+from training.worker.loop import train  # noqa: E402
+from training.worker.outcome import StopReason  # noqa: E402
+from training.worker.status import read_status  # noqa: E402
 
 
 class WatchedSandbox(SandboxRunner):
@@ -81,7 +80,7 @@ def test_the_worker_practises_a_log_scenario_verified_in_the_sandbox(tmp_path: P
 def test_rlide_train_once_with_log_scenarios(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from mcp_server.cli import app
+    from mcp_server.cli.app import app
 
     db = tmp_path / "ep.db"
     store = EpisodeStore.open(str(db))

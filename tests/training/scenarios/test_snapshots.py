@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from episodes.records import EpisodeStatus, RewardSource
+from episodes.store import EpisodeStore
 from tests.git_repos import git
-from training.records import EpisodeStatus, RewardSource
-from training.scenarios import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
-from training.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
-from training.store import EpisodeStore
+from training.scenarios.base import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
+from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -129,7 +129,7 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
 def sandbox() -> Iterator[object]:
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap missing: `make setup` installs it")
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     runner = SandboxRunner()
     yield runner
@@ -147,7 +147,7 @@ def _scenario(repo: Path, ref: str) -> Scenario:
 
 
 def test_the_tests_pass_at_one_commit_and_fail_at_the_next(repo: Path, sandbox: object) -> None:
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     assert isinstance(sandbox, SandboxRunner)
     assert verify(_scenario(repo, "good"), "nothing to change", workspace_runner=sandbox) == 1.0
@@ -164,7 +164,7 @@ def test_the_tests_pass_at_one_commit_and_fail_at_the_next(repo: Path, sandbox: 
 def test_an_episode_at_a_commit_becomes_a_re_checkable_scenario(
     repo: Path, sandbox: object, store: EpisodeStore
 ) -> None:
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     assert isinstance(sandbox, SandboxRunner)
     broken = git(repo, "rev-parse", "main")

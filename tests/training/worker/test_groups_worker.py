@@ -12,19 +12,18 @@ import pytest
 
 pytest.importorskip("openai")
 
-from training_logdata import external_episode, make_choice, policy_episode  # noqa: E402
-
+from episodes.records import EpisodeStatus, RewardSource  # noqa: E402
+from episodes.run_records import GroupOutcome, RunState  # noqa: E402
+from episodes.store import EpisodeStore  # noqa: E402
+from tests.logdata import external_episode, make_choice, policy_episode  # noqa: E402
 from training.backends.base import BackendConfig, BackendError, NoTrainableData, TrainResult  # noqa: E402
-from training.groups import Group, Trajectory, filter_groups, groups_from_log  # noqa: E402
-from training.records import EpisodeStatus, RewardSource  # noqa: E402
-from training.run_lock import RunLock, WorkerBusy  # noqa: E402
-from training.run_records import GroupOutcome, RunState  # noqa: E402
-from training.scenarios import Scenario, Verifier  # noqa: E402
-from training.status import read_status  # noqa: E402
-from training.store import EpisodeStore  # noqa: E402
-from training.worker import train  # noqa: E402
-from training.worker_config import WorkerConfig  # noqa: E402
-from training.worker_outcome import StopReason, WorkerError  # noqa: E402
+from training.data.groups import Group, Trajectory, filter_groups, groups_from_log  # noqa: E402
+from training.scenarios.base import Scenario, Verifier  # noqa: E402
+from training.worker.config import WorkerConfig  # noqa: E402
+from training.worker.loop import train  # noqa: E402
+from training.worker.outcome import StopReason, WorkerError  # noqa: E402
+from training.worker.run_lock import RunLock, WorkerBusy  # noqa: E402
+from training.worker.status import read_status  # noqa: E402
 
 
 class ScriptedBackend:
@@ -277,7 +276,7 @@ class CountingBackend(ScriptedBackend):
 def test_a_log_scenario_whose_repository_is_gone_is_skipped_counted_and_not_picked_again(tmp_path: Path) -> None:
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap missing: `make setup` installs it")
-    from training.sandbox_runner import SandboxRunner
+    from training.scenarios.sandbox_runner import SandboxRunner
 
     cfg = WorkerConfig(
         database_url=str(tmp_path / "ep.db"),
