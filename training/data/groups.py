@@ -19,6 +19,7 @@ from episodes.codec import CHOICE_TAG, decode_conversation
 from episodes.records import EpisodeSource
 from episodes.run_records import GroupOutcome
 from episodes.store import EpisodeStore
+from training.data.conversations import policy_conversation
 
 LOG_GROUP_PREFIX = "log:"
 
@@ -112,8 +113,6 @@ def consumed_episode_ids(keys: set[str]) -> set[str]:
 
 def policy_trajectory(store: EpisodeStore, episode_id: str, reward: float) -> Trajectory | None:
     """Rebuild a policy episode's conversation from its recorded turns (choices stay exact)."""
-    from training.data.export import policy_conversation
-
     items, tools, steps = policy_conversation(store.turns.policy_turns(episode_id))
     if not items:
         return None

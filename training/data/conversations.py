@@ -1,0 +1,91 @@
+"""Conversations rebuilt from episodes, as chat items the exports and the GRPO groups share.
+
+An `external` episode (the IDE's model acted) becomes: the task as the user turn, each recorded tool
+call as an assistant tool call followed by its result as a tool turn, and the summary as the final
+assistant turn. A `policy` episode (our student acted through the gateway) is rebuilt from its
+recorded turns, so its assistant turns are exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from episodes.records import EpisodeDetail
+from episodes.run_records import PolicyTurn
+
+BOOKKEEPING_TOOLS = frozenset({"start_episode", "end_episode", "give_feedback", "list_episodes", "training_status"})
+"""rlide's own episode tools: the log's scaffolding, not part of the work being learned."""
+
+
+def policy_conversation(turns: list[PolicyTurn]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[int]]:
+    """(items, tools, checkpoint steps) of a policy episode: the request messages of each turn
+    interleaved with the exact choices. A turn whose request does not continue the previous one
+    starts the conversation afresh (only the last coherent chain is kept)."""
+    items: list[dict[str, Any]] = []
+    prev: list[dict[str, Any]] = []
+    steps: list[int] = []
+    tools = None
+    for turn in turns:
+        msgs = list(turn.request.get("messages") or [])
+        continues = bool(items) and msgs[: len(prev)] == prev and len(msgs) > len(prev)
+        if continues:
+            items.extend(msgs[len(prev) + 1 :])  # skip the assistant message echoing our last choice
+        else:
+            items, steps = list(msgs), []
+        items.append(turn.choice)
+        if turn.checkpoint_step is not None:
+            steps.append(turn.checkpoint_step)
+        prev = msgs
+        tools = turn.request.get("tools") or tools
+    return items, tools, steps
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+def external_conversation(
+    detail: EpisodeDetail, *, arguments_as: Literal["dict", "json"]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(prompt, completion, tools) of an episode the IDE's own model acted in."""
+    prompt = [{"role": "user", "content": detail.episode.task}]
+    completion: list[dict[str, Any]] = []
+    schemas: dict[str, dict[str, Any]] = {}
+    for step in detail.steps:
+        if step.tool in BOOKKEEPING_TOOLS:
+            continue
+        args = {k: v for k, v in step.arguments.items() if k != "episode_id"}
+        call_id = f"call_{step.id}"
+        arguments: Any = args if arguments_as == "dict" else json.dumps(args, ensure_ascii=False)
+        completion.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": step.tool, "arguments": arguments}}
+                ],
+            }
+        )
+        result = f"Error: {step.error}" if step.error else (step.result_summary or "")
+        completion.append({"role": "tool", "tool_call_id": call_id, "name": step.tool, "content": result})
+        props = schemas.setdefault(step.tool, {})
+        for key, value in args.items():
+            props.setdefault(key, {"type": _json_type(value)})
+    if detail.episode.summary:
+        completion.append({"role": "assistant", "content": detail.episode.summary})
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
+        for name, props in schemas.items()
+    ]
+    return prompt, completion, tools
