@@ -20,7 +20,15 @@ from typing import Any
 
 import structlog
 
-from envpool.sandbox.base import CancelToken, RunRequest, RunResult, RunStatus
+from envpool.sandbox.base import (
+    MAX_PAYLOAD_BYTES,
+    TRUNCATION_MARKER,
+    CancelToken,
+    InvalidRequest,
+    RunRequest,
+    RunResult,
+    RunStatus,
+)
 from envpool.sandbox.cgroups import process_tree
 
 log = structlog.get_logger(__name__)
@@ -44,15 +52,78 @@ class ServerDied(Exception):
     """The server process vanished or stopped answering; it has been killed."""
 
 
-def encode_frame(obj: dict[str, Any]) -> bytes:
+def encode_frame(obj: dict[str, Any], payload: bytes = b"") -> bytes:
     data = json.dumps(obj).encode()
-    return len(data).to_bytes(HEADER_BYTES, "big") + data
+    return len(data).to_bytes(HEADER_BYTES, "big") + data + payload
 
 
-def request_frame(request: RunRequest) -> dict[str, Any]:
-    frame: dict[str, Any] = request.model_dump()
-    frame["op"] = "run"
-    return frame
+def request_frame(request: RunRequest) -> bytes:
+    """A run's frame: what the server itself needs (its limits) in the header, then the job (the
+    whole request, code, files, environment and stdin) as bytes the server passes to the run's
+    child without decoding them (forkserver.py: no job stays in memory a later child inherits)."""
+    job = json.dumps(request.model_dump(), ensure_ascii=False).encode()
+    if len(job) > MAX_PAYLOAD_BYTES:
+        raise InvalidRequest(f"request too large ({len(job)} bytes encoded > {MAX_PAYLOAD_BYTES})")
+    header = {
+        "op": "run",
+        "timeout_s": request.timeout_s,
+        "max_output_bytes": request.max_output_bytes,
+        "memory_mb": request.memory_mb,
+        "payload": len(job),
+    }
+    return encode_frame(header, job)
+
+
+MEMORY_HINTS = (
+    "MemoryError",
+    "Cannot allocate memory",
+    "out of memory",
+    "bad_alloc",
+    "heap limit",
+    "allocation failed",
+)
+
+
+def classify(exit_code: int | None, stderr: str) -> RunStatus:
+    """The status of a run the server did not end itself, from its exit and its stderr's tail."""
+    if exit_code == 0:
+        return RunStatus.OK
+    if exit_code == -signal.SIGXCPU:
+        return RunStatus.TIMEOUT
+    memory = any(hint in stderr[-4096:] for hint in MEMORY_HINTS)
+    if exit_code is not None and exit_code < 0 and exit_code != -signal.SIGXFSZ:
+        return RunStatus.MEMORY_LIMIT if memory else RunStatus.KILLED
+    return RunStatus.MEMORY_LIMIT if memory else RunStatus.ERROR
+
+
+def run_result(reply: dict[str, Any], body: bytes, limit: int) -> RunResult:
+    """A `RunResult` from the server's answer: its header and the raw stdout and stderr after it,
+    each cut at `limit` bytes by the server (`cut` says which)."""
+    if reply.get("status") == RunStatus.SANDBOX_ERROR:
+        return RunResult(status=RunStatus.SANDBOX_ERROR, exit_code=None, detail=str(reply.get("detail", "")))
+    sizes = (int(reply["stdout"]), int(reply["stderr"]))
+    raws = (body[: sizes[0]], body[sizes[0] : sizes[0] + sizes[1]])
+    texts = [
+        raw.decode("utf-8", "replace") + (TRUNCATION_MARKER.format(limit=limit) if cut else "")
+        for raw, cut in zip(raws, reply["cut"], strict=True)
+    ]
+    exit_code = reply["exit_code"]
+    status = RunStatus(reply["status"]) if reply.get("status") else classify(exit_code, texts[1])
+    detail = str(reply.get("detail") or "")
+    if status is RunStatus.TIMEOUT and not detail:
+        detail = "CPU-time limit"
+    if reply.get("oom") and status in (RunStatus.KILLED, RunStatus.ERROR):
+        status = RunStatus.MEMORY_LIMIT
+        detail = "the run's memory (all its processes, files and shared memory) hit its limit"
+    return RunResult(
+        status=status,
+        exit_code=exit_code,
+        stdout=texts[0],
+        stderr=texts[1],
+        duration_ms=float(reply.get("duration_ms", 0.0)),
+        truncated=any(reply["cut"]),
+        detail=detail,
+    )
 
 
 #: An argv entry equal to this is replaced by the number of an fd that holds `fd_payload`
@@ -68,7 +139,10 @@ class ServerProcess:
     state: ServerState = ServerState.STARTING
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _pidfds: list[int] = field(default_factory=list, repr=False)
-    _buf: bytes = field(default=b"", repr=False)
+    _buf: bytearray = field(default_factory=bytearray, repr=False)
+    _cancel_sent: bool = field(default=False, repr=False)
+    isolation: str = ""
+    """What the server says keeps its runs apart (its greeting): "per-run namespaces", or why not."""
 
     def start(self) -> None:
         argv, pass_fds = list(self.argv), tuple[int, ...]()
@@ -88,6 +162,7 @@ class ServerProcess:
         if ready.get("op") != "ready":
             self.kill()
             raise ServerDied(f"{self.label}: unexpected greeting {ready!r}")
+        self.isolation = str(ready.get("isolation", ""))
         assert self.proc is not None
         # pidfds (not pids: no reuse races) of the launcher's descendants, e.g. the namespace's PID 1,
         # which may sit in another session than the launcher: kill() reaches them directly.
@@ -113,20 +188,19 @@ class ServerProcess:
         assert self.proc is not None and self.proc.stdin is not None
         self.state = ServerState.BUSY
         t0 = time.monotonic()
+        frame = request_frame(request)
+        self._cancel_sent = False
         try:
-            self._write(encode_frame(request_frame(request)))
+            self._write(frame)
             deadline = t0 + request.timeout_s + HOST_GRACE_S
             reply = self._read_frame(deadline, cancel)
+            body = self._read_exact(int(reply.get("stdout", 0)) + int(reply.get("stderr", 0)), deadline, cancel)
         except (OSError, ServerDied) as exc:
             self.kill()
             raise ServerDied(f"{self.label}: {exc}") from exc
         self.state = ServerState.IDLE
-        reply.setdefault("stdout", "")
-        reply.setdefault("stderr", "")
         reply.setdefault("duration_ms", (time.monotonic() - t0) * 1000)
-        reply.setdefault("truncated", False)
-        reply.pop("op", None)
-        return RunResult(**reply)
+        return run_result(reply, body, request.max_output_bytes)
 
     def _write(self, data: bytes) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -135,25 +209,24 @@ class ServerProcess:
             data = data[os.write(fd, data) :]
 
     def _read_frame(self, deadline: float, cancel: CancelToken | None) -> dict[str, Any]:
+        size = int.from_bytes(self._read_exact(HEADER_BYTES, deadline, cancel), "big")
+        frame: dict[str, Any] = json.loads(self._read_exact(size, deadline, cancel))
+        return frame
+
+    def _read_exact(self, n: int, deadline: float, cancel: CancelToken | None) -> bytes:
+        """`n` bytes from the server; a cancel meanwhile is passed on (the server kills the run and
+        still answers)."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        cancel_sent = False
-        need: int | None = None
-        while True:
-            if need is None and len(self._buf) >= HEADER_BYTES:
-                need = HEADER_BYTES + int.from_bytes(self._buf[:HEADER_BYTES], "big")
-            if need is not None and len(self._buf) >= need:
-                frame, self._buf = self._buf[HEADER_BYTES:need], self._buf[need:]
-                result: dict[str, Any] = json.loads(frame)
-                return result
+        while len(self._buf) < n:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
                 raise ServerDied("no answer before the host deadline")
-            watch = [fd] if cancel is None or cancel_sent else [fd, cancel.fileno()]
+            watch = [fd] if cancel is None or self._cancel_sent else [fd, cancel.fileno()]
             ready, _, _ = select.select(watch, [], [], remaining)
-            if cancel is not None and not cancel_sent and cancel.fileno() in ready:
-                cancel_sent = True  # the server kills the run and still answers
+            if cancel is not None and not self._cancel_sent and cancel.fileno() in ready:
+                self._cancel_sent = True
                 self._write(encode_frame({"op": "cancel"}))
             if fd in ready:
                 chunk = os.read(fd, 1 << 20)
@@ -161,6 +234,9 @@ class ServerProcess:
                     self.kill()
                     raise ServerDied("server exited")
                 self._buf += chunk
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
 
     def kill(self) -> None:
         self.state = ServerState.DEAD

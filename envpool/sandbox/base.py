@@ -65,6 +65,14 @@ MAX_FILES = 4096
 """Files one run may carry: a repository's worth (run_tests sends the served working tree); the
 bytes cap below bounds the work they cost (each is one write inside the sandbox)."""
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_PAYLOAD_BYTES = 100 * 1024 * 1024
+"""A request as the fork-server's child receives it (JSON, UTF-8): at most 6 bytes a character
+(an escaped control character), so every request within `MAX_REQUEST_BYTES` fits."""
+MAX_ENV_VARS = 1024
+MAX_ENV_ENTRY_BYTES = 128 * 1024 - 1
+"""`NAME=value` as execve takes it: the kernel refuses a longer one (MAX_ARG_STRLEN), and sh or
+node would then never start."""
+MAX_ENV_BYTES = 1024 * 1024
 
 
 def validate_relative_path(path: str) -> str:
@@ -136,6 +144,7 @@ class RunRequest(BaseModel):
     @model_validator(mode="after")
     def _check_size_and_text(self) -> RunRequest:
         size = len(self.code) + len(self.stdin or "") + sum(len(p) + len(c) for p, c in self.files.items())
+        size += sum(len(k) + len(v) for k, v in self.env.items())
         if size > MAX_REQUEST_BYTES:
             raise InvalidRequest(f"request too large ({size} > {MAX_REQUEST_BYTES} characters)")
         # JSON can carry lone surrogates; no file, pipe or program text can. Refused here with the
@@ -155,11 +164,25 @@ class RunRequest(BaseModel):
     @field_validator("env")
     @classmethod
     def _check_env(cls, env: dict[str, str]) -> dict[str, str]:
+        if len(env) > MAX_ENV_VARS:
+            raise InvalidRequest(f"too many environment variables ({len(env)} > {MAX_ENV_VARS})")
+        total = 0
         for key, value in env.items():
             if not key or "=" in key or "\x00" in key or key.startswith("LD_"):
-                raise InvalidRequest(f"invalid environment variable name {key!r}")
+                raise InvalidRequest(f"invalid environment variable name {key[:100]!r}")
             if "\x00" in value:
-                raise InvalidRequest(f"environment variable {key!r} holds a NUL character")
+                raise InvalidRequest(f"environment variable {key[:100]!r} holds a NUL character")
+            entry = len(key.encode("utf-8", "surrogatepass")) + 1 + len(value.encode("utf-8", "surrogatepass"))
+            if entry > MAX_ENV_ENTRY_BYTES:
+                raise InvalidRequest(
+                    f"environment variable {key[:100]!r} is {entry} bytes (at most {MAX_ENV_ENTRY_BYTES}): "
+                    "pass large data as a file or stdin"
+                )
+            total += entry + 1
+        if total > MAX_ENV_BYTES:
+            raise InvalidRequest(
+                f"the environment is {total} bytes (at most {MAX_ENV_BYTES}): pass large data as a file"
+            )
         return env
 
 

@@ -29,6 +29,7 @@ import structlog
 
 from envpool.sandbox._client import FORKSERVER_SCRIPT, PAYLOAD_FD
 from envpool.sandbox.base import SandboxUnavailable
+from envpool.sandbox.cgroups import ServerCgroup
 from envpool.sandbox.pooled import PooledForkServerSandbox
 from envpool.sandbox.seccomp import filter_bytes
 from envpool.sandbox.sites import PythonSites
@@ -39,6 +40,13 @@ SERVER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL", "CAP_DAC_OVE
 SANDBOX_PYTHON_HOME = "/opt/python"
 SANDBOX_SCRIPT = "/opt/rlide/forkserver.py"
 WORKSPACE = "/ws"
+HOSTNAME = "sandbox"
+SANDBOX_CGROUP = "/run/rlide/memory"
+"""Where the server's memory cgroup (and its runs' groups) appears inside, under a folder only the
+server (root) may enter."""
+MASKED = ("/proc/cmdline", "/proc/sys/kernel/random/boot_id")
+"""Files that would tell a run about the host (its kernel command line, its boot): a read-only
+/dev/null there (a device bind: bwrap mounts plain binds `nodev`, where /dev/null would not open)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,10 @@ class BwrapConfig(PythonSites):
     fresh: bool = False
     """True: start a new bwrap per run (about +30 ms) instead of forking from a warm server."""
     workspace_mb: int = 256
-    """Size of the tmpfs holding the run workspaces of one server."""
+    """Size of each run's own tmpfs workspace (and of the server's, used without run namespaces)."""
+    workspace_inodes: int = 65536
+    """Files and folders each run's workspace may hold: it is dropped whole by the kernel when the run
+    ends, and this bounds what that costs the next caller."""
     python_home: str = sys.base_prefix
     """Interpreter install bound read-only into the sandbox (the host's base Python, not a venv)."""
     bwrap: str = "bwrap"
@@ -76,7 +87,8 @@ class BwrapSandbox(PooledForkServerSandbox):
             raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
         self._binary = binary
         self._privileged = os.geteuid() == 0
-        self._seccomp = filter_bytes() if self.config.seccomp else None
+        self._seccomp = filter_bytes(server=True) if self.config.seccomp else None
+        self._run_filter = filter_bytes() if self.config.seccomp else None
         if self.config.seccomp and self._seccomp is None:
             log.warning(
                 "sandbox.no_seccomp_filter",
@@ -86,7 +98,10 @@ class BwrapSandbox(PooledForkServerSandbox):
         limits = (self.config.server_memory_mb, self.config.server_pids)
         use_cgroups = self.config.cgroups and self._privileged
         super().__init__(
-            fresh=self.config.fresh, drop_uid=self._privileged, cgroup_limits=limits if use_cgroups else None
+            fresh=self.config.fresh,
+            drop_uid=self._privileged,
+            cgroup_limits=limits if use_cgroups else None,
+            isolate=self._privileged,
         )
 
     def _python_binds(self) -> tuple[list[str], str]:
@@ -100,11 +115,12 @@ class BwrapSandbox(PooledForkServerSandbox):
     def fd_payload(self) -> bytes | None:
         return self._seccomp
 
-    def server_argv(self, uid: int | None, once: bool) -> list[str]:
+    def server_argv(self, uids: list[int], once: bool, cgroup: ServerCgroup | None) -> list[str]:
         py_binds, python = self._python_binds()
         argv = [
             self._binary,
             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", HOSTNAME,
             # No --die-with-parent: it is PR_SET_PDEATHSIG, which fires when the *thread* that
             # started bwrap exits (thread pools do that). The server exits on EOF of its stdin
             # instead, and bwrap (PID 1 of the namespace) takes every process with it.
@@ -128,6 +144,7 @@ class BwrapSandbox(PooledForkServerSandbox):
             *(arg for host, inside in self.config.mounts() for arg in ("--ro-bind", host, inside)),
             "--ro-bind", str(self.config.forkserver), SANDBOX_SCRIPT,
             "--proc", "/proc",
+            *(arg for path in MASKED for arg in ("--dev-bind", "/dev/null", path, "--remount-ro", path)),
             "--dev", "/dev",
             "--perms", "0755", "--tmpfs", "/tmp",  # root-owned: runs write only to their workspace
             "--size", str(self.config.workspace_mb << 20), "--perms", "0711", "--tmpfs", WORKSPACE,
@@ -138,16 +155,22 @@ class BwrapSandbox(PooledForkServerSandbox):
                 argv += ["--cap-add", cap]
         else:
             argv += ["--unshare-user"]
+        if cgroup is not None and cgroup.runs:
+            private = os.path.dirname(SANDBOX_CGROUP)
+            argv += ["--perms", "0700", "--dir", private, "--bind", str(cgroup.memory), SANDBOX_CGROUP]
         if self.fd_payload() is not None:
             argv += ["--seccomp", PAYLOAD_FD]
-        sweep = "uid" if uid is not None else "pidns"
         argv += [
             "--", python, "-I", "-S", SANDBOX_SCRIPT,
-            "--uid", str(uid if uid is not None else -1),
-            "--gid", str(uid if uid is not None else -1),
+            "--uids", ",".join(map(str, uids)),
             "--ws-root", WORKSPACE,
-            "--sweep", sweep, "--own-pidns", "1",
+            "--sweep", "uid" if uids else "pidns", "--own-pidns", "1",
             "--once", "1" if once else "0",
+            "--isolate", "1" if self.isolate else "0",
+            "--workspace-mb", str(self.config.workspace_mb),
+            "--workspace-inodes", str(self.config.workspace_inodes),
+            *(["--cgroup", SANDBOX_CGROUP] if cgroup is not None and cgroup.runs else []),
+            *(["--run-filter", self._run_filter.hex()] if self._run_filter else []),
             *self.config.server_args(),
         ]  # fmt: skip
         return argv

@@ -33,6 +33,9 @@ _warned = False
 class ServerCgroup:
     memory: Path
     pids: Path
+    runs: list[Path]
+    """Memory groups under `memory`, one per run slot: the fork-server moves each run into its slot's
+    group and sets the run's limit there (forkserver.py), so what a run holds counts against it."""
     oom_seen: int = 0
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -63,7 +66,7 @@ class ServerCgroup:
     def remove(self) -> None:
         # Killed processes leave the group a moment after kill() returns: retry briefly, then
         # leave it to cleanup_stale().
-        for group in (self.memory, self.pids):
+        for group in (*self.runs, self.memory, self.pids):
             for _ in range(40):
                 try:
                     group.rmdir()
@@ -93,8 +96,9 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def create_server_cgroup(memory_mb: int, pids: int) -> ServerCgroup | None:
-    """A fresh memory+pids cgroup pair, or None where cgroup v1 controllers are unusable."""
+def create_server_cgroup(memory_mb: int, pids: int, run_slots: int = 0) -> ServerCgroup | None:
+    """A fresh memory+pids cgroup pair with `run_slots` memory groups inside, or None where cgroup
+    v1 controllers are unusable."""
     global _warned
     mem_root, pids_root = CGROUP_ROOT / "memory", CGROUP_ROOT / "pids"
     name = f"{os.getpid()}-{next(_counter)}"
@@ -107,12 +111,15 @@ def create_server_cgroup(memory_mb: int, pids: int) -> ServerCgroup | None:
         with contextlib.suppress(OSError):  # no swap accounting on some kernels
             (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_mb << 20))
         (pid_group / "pids.max").write_text(str(pids))
+        runs = [mem / f"run-{slot}" for slot in range(run_slots)]
+        for run in runs:
+            run.mkdir(exist_ok=True)
     except OSError as exc:
         if not _warned:
             _warned = True
             log.warning("sandbox.no_cgroups", detail="servers run without a cgroup ceiling", error=str(exc))
         return None
-    group = ServerCgroup(mem, pid_group)
+    group = ServerCgroup(mem, pid_group, runs)
     group.oom_seen = group.oom_kills()
     return group
 
@@ -126,5 +133,6 @@ def cleanup_stale() -> None:
         for group in parent.iterdir():
             owner = group.name.split("-", 1)[0]
             if group.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                with contextlib.suppress(OSError):
-                    group.rmdir()
+                for inner in [*group.glob("run-*"), group]:
+                    with contextlib.suppress(OSError):
+                        inner.rmdir()

@@ -14,14 +14,19 @@ dockerd 20.10 (Debian docker.io, iptables and bridge off) and an image made by d
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 
 from envpool.sandbox._client import FORKSERVER_SCRIPT
 from envpool.sandbox.base import SandboxUnavailable
-from envpool.sandbox.bwrap import SERVER_CAPS
+from envpool.sandbox.bwrap import HOSTNAME, SANDBOX_CGROUP, SERVER_CAPS
+from envpool.sandbox.cgroups import ServerCgroup
 from envpool.sandbox.pooled import PooledForkServerSandbox
+from envpool.sandbox.seccomp import docker_profile, filter_bytes
 from envpool.sandbox.sites import PythonSites
 
 LABEL = "rlide.sandbox"
@@ -83,33 +88,62 @@ class DockerSandbox(PooledForkServerSandbox):
         problem = engine_problem(self.config.image)
         if problem is not None:
             raise SandboxUnavailable(problem)
-        super().__init__(fresh=self.config.fresh, drop_uid=True)
+        super().__init__(
+            fresh=self.config.fresh,
+            drop_uid=True,
+            # The container has its own memory and pids caps; this group holds its runs' groups.
+            cgroup_limits=(self.config.memory_mb, self.config.pids) if os.geteuid() == 0 else None,
+            launcher_joins_cgroup=False,
+            isolate=True,
+        )
+        self._run_filter = filter_bytes()
+        profile = docker_profile()
+        self._profile: str | None = None
+        if profile is not None:
+            fd, self._profile = tempfile.mkstemp(prefix="rlide-seccomp-", suffix=".json")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(profile, fh)
 
-    def server_argv(self, uid: int | None, once: bool) -> list[str]:
+    def server_argv(self, uids: list[int], once: bool, cgroup: ServerCgroup | None) -> list[str]:
         c = self.config
         argv = [
             "docker", "run", "-i", "--rm", "--label", f"{LABEL}=1",
-            "--network", "none", "--read-only", "--ipc", "private",
+            "--network", "none", "--read-only", "--ipc", "private", "--hostname", HOSTNAME,
             "--tmpfs", f"/ws:size={c.workspace_mb}m,mode=0711", "--tmpfs", "/tmp:mode=0755",
             "--memory", f"{c.memory_mb}m", "--pids-limit", str(c.pids),
             "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+            *(["--security-opt", f"seccomp={self._profile}"] if self._profile else []),
         ]  # fmt: skip
         for cap in SERVER_CAPS:
             argv += ["--cap-add", cap.removeprefix("CAP_")]
         for host, inside in [(str(FORKSERVER_SCRIPT), "/opt/rlide/forkserver.py"), *c.mounts()]:
             # --mount, not -v: a ':' in a path would split -v's value. Its value is CSV, so quoted.
             argv += ["--mount", f'type=bind,"source={host}","target={inside}",readonly']
+        if cgroup is not None and cgroup.runs:
+            private = os.path.dirname(SANDBOX_CGROUP)
+            argv += [
+                "--tmpfs",
+                f"{private}:mode=0700",
+                "--mount",
+                f'type=bind,"source={cgroup.memory}","target={SANDBOX_CGROUP}"',
+            ]
         argv += [
             "--workdir", "/ws", c.image,
             c.python, "-I", "-S", "/opt/rlide/forkserver.py",
-            "--uid", str(uid), "--gid", str(uid), "--ws-root", "/ws",
+            "--uids", ",".join(map(str, uids)), "--ws-root", "/ws",
             "--sweep", "uid", "--own-pidns", "1", "--once", "1" if once else "0",
+            "--isolate", "1", "--workspace-mb", str(c.workspace_mb),
+            *(["--cgroup", SANDBOX_CGROUP] if cgroup is not None and cgroup.runs else []),
+            *(["--run-filter", self._run_filter.hex()] if self._run_filter else []),
             *c.server_args(),
         ]  # fmt: skip
         return argv
 
     def close(self) -> None:
         super().close()
+        if self._profile is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._profile)
         try:
             import docker
 

@@ -1,29 +1,45 @@
 """The warm fork-server that lives INSIDE a sandbox (bwrap, docker, or unsafe-local).
 
 Standard library only: it runs under the sandbox's bare interpreter (`python3 -I -S`), with no
-access to the host's site-packages. The host talks to it over its stdin/stdout with frames of
-`4-byte big-endian length + JSON`. It never prints: fd 1 is the protocol channel.
+access to the host's site-packages. The host talks to it over its stdin/stdout: a frame is a
+4-byte big-endian length and a JSON header; a run's header is followed by its job (the request:
+code, files, environment, stdin) as raw bytes, and the answer's header by the run's raw stdout and
+stderr. It never prints: fd 1 is the protocol channel.
 
 Per run it uses one child forked from an interpreter that already imported the common stdlib, so
 a trivial Python program costs a few milliseconds instead of a 20 ms interpreter start. The child
 for the next run is forked ahead, while the current one runs when requests come back to back (and
 there is a uid to drop to), otherwise right after the answer. It does everything that does not
-depend on the request while it waits: new session and process group, its pipes, a fresh workspace
-directory, and pointing Python's stdio objects and environment (made once, in the server: see
-`PythonProgram`) at them. Forking and that set-up were 2-3 ms of the 4.7 ms a trivial run took
-inside the server (the page-table copy, then ~500 copy-on-write faults).
-When the request arrives on its control pipe the child sets its limits, drops to the unprivileged
-uid, writes the files and either exec()s the program in a fresh `__main__` (python) or execve()s
-sh/node. A Python child reports its exit code on a status pipe once the program has finished and
-its output is flushed; the server then SIGKILLs it and answers without waiting for the kernel's
-teardown of the interpreter (1-2 ms), which it waits for before the next request. After the child
-exits (or reports), every other process of that uid (or, without a uid to drop to, every process in
-the PID namespace but ourselves) is SIGKILLed and reaped, and the workspace is deleted.
-This file stays one module on purpose: the sandbox runs it as a script with the bare interpreter.
-A waiting child keeps the sandbox's root uid and a root-owned workspace until its request comes,
-so a running program (another uid) can neither touch it nor plant files for the next run, and the
-uid sweep passes it by.
+depend on the request while it waits: new session, its pipes, its namespaces and workspace (below),
+and pointing Python's stdio objects and environment (made once, in the server: see
+`PythonProgram`) at them. When the job arrives on its control pipe the child sets its limits,
+drops to its run's unprivileged uid, installs the run's seccomp filter, writes the files and
+either exec()s the program in a fresh `__main__` (python) or execve()s sh/node. A Python child
+reports its exit code on a status pipe once the program has finished and its output is flushed.
 
+What keeps runs apart from each other (one server serves many runs, from any episode or rollout):
+- **A uid per run.** Runs take turns over the uids leased to this server alone (`--uids`, two), so
+  a run never shares its uid with the run before it. After a run, every process of its uid is killed
+  with one `kill(-1, SIGKILL)` made as that uid (the kernel signals them all under one lock, so
+  none can fork its way out), zombies and processes whose main thread has exited included, then
+  reaped; the next run starts only when none is left.
+- **Namespaces per run** (`--isolate`): the spare child makes its own user, mount, IPC and UTS
+  namespaces (the server maps one uid into the user namespace: the run's), and mounts a fresh
+  tmpfs, capped in bytes and inodes, as its workspace. SysV and POSIX IPC objects, files and the
+  workspace itself go away with the run's last process, whole: nothing is walked or deleted by the
+  server, and no run can see another's workspace.
+- **Memory per run**: with a cgroup (`--cgroup`), each slot has a memory group of its own whose
+  limit is the run's `memory_mb`, so pages a run holds outside its address-space limit (a memfd,
+  shared memory, its tmpfs files) count against that run, not the server.
+- **No job in inherited memory**: the server never decodes a job. Its bytes, and the run's output,
+  pass through buffers marked `MADV_WIPEONFORK`, so a child forked later (or during the run) finds
+  them zeroed; the child reads its own job from its control pipe. stdin reaches the program as a
+  memfd the child fills itself.
+Without a separate uid to drop to (`--sweep pidns`, unprivileged mode) or without namespaces, the
+child uses a directory of the workspace that the server deletes after the answer, and the sweep
+kills every process in the PID namespace but the server and the waiting spare.
+
+This file stays one module on purpose: the sandbox runs it as a script with the bare interpreter.
 Modes: `serve` (default; loop over requests) and `--once` (one request, for fresh-sandbox runs).
 """
 
@@ -32,8 +48,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import ctypes
+import errno
 import json
 import linecache
+import mmap
 import os
 import resource
 import select
@@ -51,20 +69,24 @@ from typing import Any
 
 Json = dict[str, Any]
 HEADER = struct.Struct(">I")
-MAX_FRAME = 64 * 1024 * 1024
+MAX_HEADER = 1 << 20
+MAX_PAYLOAD = 100 << 20  # the host refuses a larger job (envpool.sandbox.base.MAX_PAYLOAD_BYTES)
+MAX_OUTPUT = 64 << 20  # the largest max_output_bytes a request may ask for, per stream
+CHUNK = 1 << 16
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+MADV_DONTNEED = 4
+MADV_WIPEONFORK = 18
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x04000000, 0x08000000, 0x10000000
+MS_NOSUID, MS_NODEV = 0x2, 0x4
+CAPABILITY_VERSION_3 = 0x20080522
+RUN_UID = 1000  # a run's uid inside its own user namespace; outside, the slot's leased uid
 SWEEP_TIMEOUT_S = 10.0  # a run's processes that outlive this many seconds of SIGKILLs end the server
 # A request that comes sooner than this after the last answer is back to back (a rollout loop):
 # the next spare is then forked during the run, not after the answer. About what a late fork takes.
 BACK_TO_BACK_S = 0.005
-MEMORY_HINTS = (
-    "MemoryError",
-    "Cannot allocate memory",
-    "out of memory",
-    "bad_alloc",
-    "heap limit",
-    "allocation failed",
-)
 # Imported once in the server so each forked child finds them warm (HumanEval-style programs).
 PREIMPORT = (
     "abc", "bisect", "builtins", "collections", "collections.abc", "contextlib", "copy", "dataclasses",
@@ -77,6 +99,13 @@ PREIMPORT = (
 TOOLS_SITE = "/opt/tools-site"
 PROJECT_SITE = "/opt/project-site"
 SHELLS = {"shell": "/bin/sh", "bash": "/bin/bash"}
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def read_proc(path: str) -> bytes:
@@ -88,29 +117,38 @@ def read_proc(path: str) -> bytes:
         os.close(fd)
 
 
-def read_exact(fd: int, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
+def read_into(fd: int, view: memoryview) -> None:
+    """Fill `view` from `fd` (a pipe), or raise EOFError."""
+    done = 0
+    while done < len(view):
+        n = os.readv(fd, [view[done:]])
+        if not n:
             raise EOFError
-        buf += chunk
-    return buf
+        done += n
 
 
-def read_frame(fd: int) -> Json:
-    (size,) = HEADER.unpack(read_exact(fd, HEADER.size))
-    if size > MAX_FRAME:
+def read_frame(fd: int, limit: int = MAX_HEADER) -> Json:
+    size = bytearray(HEADER.size)
+    read_into(fd, memoryview(size))
+    (n,) = HEADER.unpack(size)
+    if n > limit:
         raise ValueError("frame too large")
-    frame: Json = json.loads(read_exact(fd, size))
+    body = bytearray(n)
+    read_into(fd, memoryview(body))
+    frame: Json = json.loads(body)
     return frame
 
 
-def write_frame(fd: int, obj: Json) -> None:
+def write_all(fd: int, *chunks: bytes | memoryview) -> None:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def write_frame(fd: int, obj: Json, *tail: memoryview) -> None:
     data = json.dumps(obj).encode()
-    data = HEADER.pack(len(data)) + data
-    while data:
-        data = data[os.write(fd, data) :]
+    write_all(fd, HEADER.pack(len(data)) + data, *tail)
 
 
 def safe_path(path: str) -> str:
@@ -133,13 +171,77 @@ def write_files(files: Json) -> None:
             fh.write(content)
 
 
+def remove_tree(path: str) -> None:
+    """Delete a run's workspace directory, only in the modes without a workspace of the run's own
+    (see `Server.isolate`). A tree too deep for `rmtree` (a run can nest folders past PATH_MAX)
+    goes to `rm -rf`, which walks it by file descriptors."""
+    with contextlib.suppress(RecursionError):
+        shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        with contextlib.suppress(OSError):
+            os.waitpid(os.posix_spawn("/bin/rm", ["rm", "-rf", "--", path], {}), 0)
+
+
+class WipedBuffer:
+    """Anonymous memory a forked child sees as zeros (`MADV_WIPEONFORK`): where the server keeps a
+    job's bytes and a run's output, so no later run inherits them. `scrub` zeroes and frees what
+    a run used. Where the kernel lacks the flag, `wiped` is False and the server forks no child
+    while a run's bytes are in here."""
+
+    def __init__(self, size: int) -> None:
+        self.map = mmap.mmap(-1, size)
+        self.view = memoryview(self.map)
+        self._anchor = ctypes.c_char.from_buffer(self.map)
+        self.addr = ctypes.addressof(self._anchor)
+        self.wiped = libc.madvise(ctypes.c_void_p(self.addr), ctypes.c_size_t(size), MADV_WIPEONFORK) == 0
+
+    def scrub(self, offset: int, used: int) -> None:
+        """Zero and free `used` bytes from `offset` (a multiple of the page size)."""
+        if used > 0:
+            size = min(len(self.view) - offset, -(-used // mmap.PAGESIZE) * mmap.PAGESIZE)
+            libc.madvise(ctypes.c_void_p(self.addr + offset), ctypes.c_size_t(size), MADV_DONTNEED)
+
+
+class Output:
+    """One stream of a run read into a slice of a `WipedBuffer`: up to its limit and one chunk more,
+    which tells that the limit was passed."""
+
+    def __init__(self, view: memoryview, limit: int) -> None:
+        self.view = view[: limit + CHUNK]
+        self.limit = limit
+        self.size = 0
+
+    def read(self, fd: int) -> bool:
+        """Read what `fd` has; False at its end or once the buffer is full."""
+        room = self.view[self.size : self.size + CHUNK]
+        if not room:
+            return False
+        n = os.readv(fd, [room])
+        self.size += n
+        return n > 0
+
+    @property
+    def over(self) -> bool:
+        return self.size > self.limit
+
+    @property
+    def kept(self) -> memoryview:
+        return self.view[: min(self.size, self.limit)]
+
+
+class SockFprog(ctypes.Structure):
+    """`struct sock_fprog`: a seccomp program's length in instructions and its address."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
 @dataclass
 class Spare:
-    """A forked child waiting for its request on `control`, and the host ends of its pipes."""
+    """A forked child waiting for its job on `control`, and the server's ends of its pipes."""
 
     pid: int
+    slot: int
     ws: str
-    stdin: int
     stdout: int
     stderr: int
     control: int
@@ -237,26 +339,44 @@ class PythonProgram:
 class Server:
     def __init__(
         self,
-        uid: int,
-        gid: int,
+        uids: tuple[int, ...],
         ws_root: str,
         sweep: str,
         *,
         own_pidns: bool = False,
         project_paths: tuple[str, ...] = (),
+        isolate: bool = False,
+        cgroup: str | None = None,
+        run_filter: bytes = b"",
+        workspace_mb: int = 256,
+        workspace_inodes: int = 65536,
     ) -> None:
-        self.uid, self.gid = uid, gid
+        self.uids = uids  # one per slot; empty: no uid to drop to
         self.ws_root = ws_root
         self.sweep_mode = sweep  # "uid" | "pidns" | "pgroup"
+        self.isolate = isolate and sweep == "uid"
+        self.isolation = "per-run namespaces" if self.isolate else "none asked"  # said in the greeting
+        self.cgroup = cgroup if cgroup and os.path.isdir(cgroup) else None
+        self.workspace_options = f"size={workspace_mb}m,nr_inodes={workspace_inodes},mode=0700"
         self.counter = 0
         self.bin_dir = os.path.dirname(sys.executable)
         self.host_gone = False
         self.once = False
         self.spare: Spare | None = None
-        self.finished: list[str] = []  # workspaces of runs that ended, removed after the answer
+        self.finished: list[str] = []  # workspace folders of runs that ended, removed after the answer
         self.exiting: int | None = None  # pidfd of the last run's child while the kernel tears it down
         self.answered_at = -BACK_TO_BACK_S  # monotonic time the last answer went out
         self.back_to_back = False  # the current request came right after the last answer
+        self.job = WipedBuffer(MAX_PAYLOAD + HEADER.size)
+        self.out = WipedBuffer(2 * (MAX_OUTPUT + CHUNK))
+        self.job_size = 0
+        self.out_used = (0, 0)  # bytes of each half of `out` the last run wrote
+        # Made here, inherited by every child: what it needs to install the run's filter and drop
+        # its capabilities, so that a child allocates nothing for either.
+        self.filter_code = ctypes.create_string_buffer(run_filter, len(run_filter) or 1)
+        self.filter_prog = SockFprog(len(run_filter) // 8, ctypes.addressof(self.filter_code))
+        self.cap_header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+        self.cap_data = (ctypes.c_uint32 * 6)()
         env = {
             "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
@@ -273,30 +393,43 @@ class Server:
         self.answer_on_report = own_pidns
 
     # ---- child side -------------------------------------------------------------------------
-    def child(self, ws: str, fds: tuple[int, int, int], control: int, status: int) -> None:
-        """Runs in the forked spare; never returns. Everything before `read_frame` is the same for
-        every request, so it is done while the spare waits, not while a caller does."""
+    def child(self, spare: Spare, fds: tuple[int, int, int, int]) -> None:
+        """Runs in the forked spare; never returns. Everything before the job is read is the same
+        for every job, so it is done while the spare waits, not while a caller does."""
         code = 70
         try:
             # The server's /dev/null stdout object owns a low fd; closed now, its finalizer cannot
             # close whatever reuses that number once PythonProgram replaces sys.stdout.
             sys.stdout.close()
             os.setsid()
-            for target, fd in enumerate(fds):
+            null = os.open(os.devnull, os.O_RDONLY)
+            for target, fd in enumerate((null, *fds[:2])):
                 os.dup2(fd, target)
-            os.dup2(control, 3)
-            os.dup2(status, STATUS_FD, inheritable=False)  # closed by an execve: sh and node just exit
+            os.dup2(fds[2], 3)
+            os.dup2(fds[3], STATUS_FD, inheritable=False)  # closed by an execve: sh and node just exit
             os.closerange(STATUS_FD + 1, 65536)
-            os.chdir(ws)
+            if self.cgroup:
+                with open(f"{self.cgroup}/run-{spare.slot}/cgroup.procs", "w") as procs:
+                    procs.write("0")
+            if self.isolate:
+                self.own_namespaces(spare.ws)
+            os.chdir(spare.ws)
             os.umask(0o077)
             program = self.python
-            env = program.enter(ws)
+            env = program.enter(spare.ws)
             try:
-                req = read_frame(3)
+                req = read_frame(3, MAX_PAYLOAD)
             except EOFError:  # the server is shutting down: this spare was never used
                 code = 0
                 return
             os.close(3)
+            stdin = req.get("stdin")
+            if stdin:  # before the file-size limit, which would cap it
+                fd = os.memfd_create("stdin", 0)
+                write_all(fd, stdin.encode())
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.dup2(fd, 0)
+                os.close(fd)
             mem = int(req["memory_mb"]) << 20
             cpu = max(1, int(float(req.get("cpu_s") or req["timeout_s"]) + 0.999))
             fsize = int(req["max_file_mb"]) << 20
@@ -317,9 +450,16 @@ class Server:
                 hard = lim[2] if len(lim) > 2 else soft
                 resource.setrlimit(lim[0], (soft, hard))
             if self.sweep_mode == "uid":
+                uid = RUN_UID if self.isolate else self.uids[spare.slot]
                 os.setgroups([])
-                os.setresgid(self.gid, self.gid, self.gid)
-                os.setresuid(self.uid, self.uid, self.uid)
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                # Inside its own user namespace the child was no uid 0 to begin with, so the
+                # kernel keeps its capabilities over that namespace across setresuid: drop them.
+                check(libc.capset(self.cap_header, self.cap_data), "capset")
+            check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            if self.filter_prog.len:
+                check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.filter_prog), 0, 0), "seccomp")
             write_files(req.get("files") or {})
             env.update(req.get("env") or {})
             if lang == "python":
@@ -348,8 +488,33 @@ class Server:
         finally:
             os._exit(code)
 
+    def own_namespaces(self, ws: str) -> None:
+        """In the spare: a user namespace of its own (whose uid map the server writes: only the
+        run's uid), mount, IPC and UTS namespaces owned by it, and a fresh tmpfs as the workspace.
+        All of it dies with the run's last process; none of it is visible to any other run."""
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
+            os.write(STATUS_FD, b"!" + EXIT_CODE.pack(ctypes.get_errno()))
+            raise OSError(ctypes.get_errno(), "unshare")
+        os.write(STATUS_FD, b"u")
+        if os.read(3, 1) != b"g":
+            raise EOFError("the server did not map the run's uid")
+        options = f"{self.workspace_options},uid={RUN_UID},gid={RUN_UID}".encode()
+        check(libc.mount(b"tmpfs", ws.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount the workspace")
+
     # ---- server side ------------------------------------------------------------------------
-    def sweep(self, child_pid: int, reaped: bool, exiting: int | None = None) -> None:
+    def signal_slot(self, slot: int) -> None:
+        """SIGKILL every process of the slot's uid at once: `kill(-1)` made as that uid reaches
+        exactly them (and never this server, PID 1 or the caller), under one kernel lock, so none
+        can fork its way past it."""
+        uid = self.uids[slot]
+        os.setresuid(uid, uid, 0)  # saved uid 0: ours again below, capabilities with it
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)
+        finally:
+            os.setresuid(0, 0, 0)
+
+    def sweep(self, spare: Spare, reaped: bool, exiting: int | None = None) -> None:
         """Kill every process the run left behind, then reap them (we are PID 1 / subreaper).
         `exiting`: the run's child, already SIGKILLed and being torn down: not waited for here
         (see `wait_exiting`). Once kill() returns it cannot fork: the kernel fails a fork with a
@@ -360,13 +525,15 @@ class Server:
             # reach it. Its pid cannot be reused until we reap it.
             for kill in (os.kill, os.killpg):
                 with contextlib.suppress(OSError):
-                    kill(child_pid, signal.SIGKILL)
+                    kill(spare.pid, signal.SIGKILL)
+        if self.sweep_mode == "uid":
+            self.signal_slot(spare.slot)
         if self.sweep_mode != "pgroup" and not self.only_spare_left(exiting):
             # Until a scan finds none alive: killed processes stay in the scan until they are
-            # zombies, and one forked just before its parent was killed shows up a scan later.
+            # reaped, and one forked just before its parent was killed shows up a scan later.
             # Bounded by time, not by a count of scans: a count ran out in 0.1 s once scans got fast.
             deadline = time.monotonic() + SWEEP_TIMEOUT_S
-            while victims := self.leftovers(exiting):
+            while victims := self.leftovers(exiting, spare.slot):
                 if time.monotonic() > deadline:
                     # Unkillable leftovers: die, so that the host tears the whole sandbox down.
                     os.write(2, f"rlide sandbox: processes {victims} survived SIGKILL\n".encode())
@@ -375,6 +542,8 @@ class Server:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
                 self.reap()
+                if self.sweep_mode == "uid":  # the scan only waits for what kill(-1) has killed
+                    time.sleep(0.0002)
         self.reap()
 
     def only_spare_left(self, exiting: int | None) -> bool:
@@ -402,11 +571,12 @@ class Server:
             return True
         return bool(read_proc(f"/proc/{pid}/task/{pid}/children").strip())
 
-    def leftovers(self, exiting: int | None) -> list[int]:
-        """Live processes a run may have left: of the sandbox uid (uid mode), else any in the
-        namespace but PID 1, us and `exiting`. Raw reads: text-mode open() and parsing every
-        status file cost 0.2 ms a process."""
-        skip = {1, os.getpid(), exiting}
+    def leftovers(self, exiting: int | None, slot: int) -> list[int]:
+        """Processes a run may have left, zombies included (a zombie whose main thread exited may
+        still run other threads; a true one is ours to reap): of the slot's uid (uid mode), else
+        any in the namespace but PID 1, us, the spare and `exiting`. Raw reads: text-mode open()
+        and parsing every status file cost 0.2 ms a process."""
+        skip = {1, os.getpid(), exiting, self.spare.pid if self.spare else None}
         found = []
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) in skip:
@@ -416,11 +586,11 @@ class Server:
             except OSError:
                 continue
             fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
-            if fields.get(b"State", b"").strip().startswith((b"Z", b"X")):
+            if fields.get(b"State", b"").strip().startswith(b"X"):
                 continue
             if int(fields.get(b"PPid", b"0").strip() or 0) == 0:
                 continue
-            if self.sweep_mode == "uid" and int(fields[b"Uid"].split()[0]) != self.uid:
+            if self.sweep_mode == "uid" and int(fields[b"Uid"].split()[0]) != self.uids[slot]:
                 continue
             found.append(int(name))
         return found
@@ -437,24 +607,51 @@ class Server:
 
     def fork_spare(self) -> Spare:
         """Fork the child for the next run now, so that a caller waits only for its own program."""
+        slot = self.counter % len(self.uids) if self.uids else 0
         self.counter += 1
-        ws = os.path.join(self.ws_root, f"r{os.getpid()}-{self.counter}")
-        # Ours (mode 0700) until its run starts: a program running now as the sandbox uid cannot
-        # plant files in the next run's workspace.
-        os.mkdir(ws, 0o700)
-        in_r, in_w = os.pipe()
+        ws = self.ws_root
+        if not self.isolate:
+            ws = os.path.join(self.ws_root, f"r{os.getpid()}-{self.counter}")
+            # Ours (mode 0700) until its run starts: a program running now as the sandbox uid cannot
+            # plant files in the next run's workspace.
+            os.mkdir(ws, 0o700)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ctl_r, ctl_w = os.pipe()
         st_r, st_w = os.pipe()
         pid = os.fork()
+        spare = Spare(pid, slot, ws, out_r, err_r, ctl_w, st_r)
         if pid == 0:
-            for fd in (in_w, out_r, err_r, ctl_w, st_r):
+            for fd in (out_r, err_r, ctl_w, st_r):
                 os.close(fd)
-            self.child(ws, (in_r, out_w, err_w), ctl_r, st_w)
-        for fd in (in_r, out_w, err_w, ctl_r, st_w):
+            self.child(spare, (out_w, err_w, ctl_r, st_w))
+        for fd in (out_w, err_w, ctl_r, st_w):
             os.close(fd)
-        return Spare(pid, ws, in_w, out_r, err_r, ctl_w, st_r)
+        if self.isolate:
+            self.map_run_uid(spare)
+        return spare
+
+    def map_run_uid(self, spare: Spare) -> None:
+        """Map the slot's uid into the spare's new user namespace (as RUN_UID), and nothing else:
+        not root, not the uid of any other run. Where user namespaces are not allowed, this server
+        serves without them from now on (the greeting says so)."""
+        ready, _, _ = select.select([spare.status], [], [], SWEEP_TIMEOUT_S)
+        answer = os.read(spare.status, 1 + EXIT_CODE.size) if ready else b""
+        if answer == b"u":
+            uid = self.uids[spare.slot]
+            for name in ("uid_map", "gid_map"):
+                fd = os.open(f"/proc/{spare.pid}/{name}", os.O_WRONLY)
+                try:
+                    os.write(fd, f"{RUN_UID} {uid} 1\n".encode())
+                finally:
+                    os.close(fd)
+            os.write(spare.control, b"g")
+            return
+        code = EXIT_CODE.unpack(answer[1:])[0] if len(answer) == 1 + EXIT_CODE.size else 0
+        self.isolate = False
+        self.isolation = f"none: the run's namespaces could not be made ({os.strerror(code) if code else 'no answer'})"
+        self.discard(spare)
+        raise OSError(code or errno.EIO, self.isolation)
 
     def refill(self) -> None:
         """Fork the next run's child while the host reads this answer. A failure here is not
@@ -462,29 +659,33 @@ class Server:
         with contextlib.suppress(OSError):
             self.spare = self.fork_spare()
 
-    def discard_spare(self) -> None:
+    def discard(self, spare: Spare) -> None:
         """Closing its control pipe makes a waiting spare exit; then reap it."""
-        spare, self.spare = self.spare, None
-        if spare is None:
-            return
-        for fd in (spare.control, spare.stdin, spare.stdout, spare.stderr, spare.status):
-            os.close(fd)
-        with contextlib.suppress(ChildProcessError):
+        for fd in (spare.control, spare.stdout, spare.stderr, spare.status):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.kill(spare.pid, signal.SIGKILL)
             os.waitpid(spare.pid, 0)
-        shutil.rmtree(spare.ws, ignore_errors=True)
+        if spare.ws != self.ws_root:  # a folder of ours, not the mount point of the spare's tmpfs
+            remove_tree(spare.ws)
 
-    def run(self, req: Json) -> Json:
+    def discard_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.discard(spare)
+
+    def run(self, req: Json) -> tuple[Json, list[memoryview]]:
         spare, self.spare = self.spare or self.fork_spare(), None
         t0 = time.monotonic()
         try:
             self.dispatch(spare, req)
         except BrokenPipeError:  # the spare died while it waited (nothing ran): use a fresh one
-            self.spare = spare
-            self.discard_spare()
+            self.discard(spare)
             spare = self.fork_spare()
             t0 = time.monotonic()
             self.dispatch(spare, req)
-        if self.back_to_back and self.sweep_mode == "uid" and not self.once:
+        if self.back_to_back and self.sweep_mode == "uid" and not self.once and self.job.wiped and self.out.wiped:
             # The next request will likely come as soon as this one is answered: fork its child
             # while this run's program runs, rather than after the answer, where the next request
             # would wait for it. A caller that leaves gaps gets its spare forked after the answer
@@ -493,21 +694,24 @@ class Server:
             # request comes the spare keeps the sandbox's root uid, so neither this run's program
             # (another uid) nor the uid sweep after it can touch it. Without a separate uid the
             # program could reach into the waiting child, so the next one is forked after the sweep.
+            # And only where this run's job and output are wiped from what the child inherits.
             self.refill()
         try:
             return self.supervise(req, spare, t0)
         finally:
-            self.finished.append(spare.ws)
+            if spare.ws != self.ws_root:
+                self.finished.append(spare.ws)
 
     def remove_finished(self) -> None:
-        """Delete finished runs' workspaces. Called once the answer is sent (0.2 ms off every run):
-        the next program starts only with the next request, so it never sees them."""
+        """Delete finished runs' workspace folders (without namespaces of their own). Called once
+        the answer is sent: the next program starts only with the next request, so it never sees
+        them."""
         while self.finished:
-            shutil.rmtree(self.finished.pop(), ignore_errors=True)
+            remove_tree(self.finished.pop())
 
     def wait_exiting(self) -> None:
         """Wait until the last run's child, killed as it exited (see `supervise`), is gone: no
-        process of one run is left when the next one's workspace is handed to the sandbox uid."""
+        process of one run is left when the next one starts."""
         if self.exiting is None:
             return
         pidfd, self.exiting = self.exiting, None
@@ -515,19 +719,40 @@ class Server:
         os.close(pidfd)
         self.reap()
 
+    def slot_file(self, slot: int, name: str) -> str:
+        return f"{self.cgroup}/run-{slot}/{name}"
+
+    def oom_kills(self, slot: int) -> int:
+        if not self.cgroup:
+            return 0
+        with contextlib.suppress(OSError, ValueError):
+            for line in read_proc(self.slot_file(slot, "memory.oom_control")).splitlines():
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+        return 0
+
     def dispatch(self, spare: Spare, req: Json) -> None:
         self.wait_exiting()  # normally done already, after the last answer: this is the guarantee
-        if self.sweep_mode == "uid":
-            os.chown(spare.ws, self.uid, self.gid)
-        write_frame(spare.control, req)
+        if self.sweep_mode == "uid" and not self.isolate:
+            os.chown(spare.ws, self.uids[spare.slot], self.uids[spare.slot])
+        if self.cgroup:
+            # What the run holds in all its processes, its tmpfs, memfds and shared memory.
+            with contextlib.suppress(OSError):
+                fd = os.open(self.slot_file(spare.slot, "memory.limit_in_bytes"), os.O_WRONLY)
+                try:
+                    os.write(fd, str(int(req["memory_mb"]) << 20).encode())
+                finally:
+                    os.close(fd)
+        write_all(spare.control, self.job.view[: HEADER.size + self.job_size])
         os.close(spare.control)
 
-    def supervise(self, req: Json, spare: Spare, t0: float) -> Json:
-        pid, in_w, out_r, err_r = spare.pid, spare.stdin, spare.stdout, spare.stderr
+    def supervise(self, req: Json, spare: Spare, t0: float) -> tuple[Json, list[memoryview]]:
+        pid, out_r, err_r = spare.pid, spare.stdout, spare.stderr
         limit = int(req["max_output_bytes"])
         deadline = t0 + float(req["timeout_s"])
-        bufs = {out_r: bytearray(), err_r: bytearray()}
-        stdin_data = (req.get("stdin") or "").encode()
+        half = len(self.out.view) // 2
+        outputs = {out_r: Output(self.out.view[:half], limit), err_r: Output(self.out.view[half:], limit)}
+        ooms = self.oom_kills(spare.slot)
         sel = selectors.DefaultSelector()
         pidfd = os.pidfd_open(pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -537,14 +762,8 @@ class Server:
         if self.answer_on_report:
             sel.register(spare.status, selectors.EVENT_READ, "status")
         reported: int | None = None  # the exit code the child said it is exiting with
-        if stdin_data:
-            os.set_blocking(in_w, False)
-            sel.register(in_w, selectors.EVENT_WRITE, "stdin")
-        else:
-            os.close(in_w)
         forced: str | None = None  # the status we imposed, if any
         detail = ""
-        truncated = False
         wait_status: int | None = None
         while wait_status is None and reported is None:
             remaining = deadline - time.monotonic()
@@ -555,28 +774,17 @@ class Server:
                 if key.data == "exit":
                     _, wait_status = os.waitpid(pid, 0)
                 elif key.data == "out":
-                    data = os.read(key.fd, 65536)
-                    if not data:
+                    stream = outputs[key.fd]
+                    if not stream.read(key.fd):
                         sel.unregister(key.fd)
-                        continue
-                    bufs[key.fd] += data
-                    if len(bufs[key.fd]) > limit:
-                        forced, detail, truncated = "output_limit", f"output over {limit} bytes", True
+                    if stream.over:
+                        forced, detail = "output_limit", f"output over {limit} bytes"
                 elif key.data == "status":
                     message = os.read(key.fd, 64)
                     if len(message) == EXIT_CODE.size:
                         reported = EXIT_CODE.unpack(message)[0]
                     else:  # closed (execve, exit) or garbled: the kernel's exit status decides
                         sel.unregister(key.fd)
-                elif key.data == "stdin":
-                    try:
-                        n = os.write(in_w, stdin_data[:65536])
-                    except BrokenPipeError:
-                        n = len(stdin_data)
-                    stdin_data = stdin_data[n:]
-                    if not stdin_data:
-                        sel.unregister(in_w)
-                        os.close(in_w)
                 elif key.data == "control":
                     try:
                         msg = read_frame(0)
@@ -590,75 +798,63 @@ class Server:
         if reported is not None and wait_status is None:
             # It is exiting: make sure (SIGKILL, by pid: not reaped, so not reused), and leave its
             # teardown to the kernel while we answer. dispatch() waits for it to be gone before
-            # the next run's workspace is handed to the sandbox uid.
+            # the next run starts.
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             self.exiting, pidfd = pidfd, -1
         # Also closes pipes held by leftover grandchildren.
-        self.sweep(pid, reaped=wait_status is not None, exiting=pid if reported is not None else None)
+        self.sweep(spare, reaped=wait_status is not None, exiting=pid if reported is not None else None)
         if wait_status is None and reported is None:
             try:
                 _, wait_status = os.waitpid(pid, 0)
             except ChildProcessError:
                 wait_status = 9
-        for fd in (out_r, err_r):  # drain what is left, bounded by the limit
+        for fd, stream in outputs.items():  # drain what is left, bounded by the limit
             os.set_blocking(fd, False)
-            while len(bufs[fd]) <= limit:
+            while not stream.over:
                 try:
-                    data = os.read(fd, 65536)
+                    if not stream.read(fd):
+                        break
                 except BlockingIOError:
                     break
-                if not data:
-                    break
-                bufs[fd] += data
         sel.close()
         for fd in (pidfd, out_r, err_r, spare.status):
             if fd >= 0:
                 os.close(fd)
-        if stdin_data:  # the child stopped reading before taking all of its stdin
-            os.close(in_w)
-        texts = []
-        for fd in (out_r, err_r):
-            raw = bytes(bufs[fd])
-            if len(raw) > limit:
-                truncated = True
-                raw = raw[:limit]
-                texts.append(raw.decode("utf-8", "replace") + f"\n[rlide: output truncated at {limit} bytes]\n")
-            else:
-                texts.append(raw.decode("utf-8", "replace"))
         if reported is not None:
             exit_code: int | None = reported
         else:
             exit_code = os.waitstatus_to_exitcode(wait_status) if wait_status is not None else None
-        status = forced or self.classify(exit_code, texts[1])
-        if status == "timeout" and not detail:
-            detail = "CPU-time limit"
-        return {
-            "status": status,
+        streams = [outputs[out_r], outputs[err_r]]
+        self.out_used = (streams[0].size, streams[1].size)
+        answer = {
+            "status": forced,
             "exit_code": exit_code,
-            "stdout": texts[0],
-            "stderr": texts[1],
             "duration_ms": duration,
-            "truncated": truncated,
             "detail": detail,
+            "stdout": len(streams[0].kept),
+            "stderr": len(streams[1].kept),
+            "cut": [stream.over for stream in streams],
+            "oom": self.oom_kills(spare.slot) > ooms,
         }
+        return answer, [stream.kept for stream in streams]
 
-    @staticmethod
-    def classify(exit_code: int | None, stderr: str) -> str:
-        if exit_code == 0:
-            return "ok"
-        if exit_code == -signal.SIGXCPU:
-            return "timeout"
-        if exit_code is not None and exit_code < 0 and exit_code != -signal.SIGXFSZ:
-            tail = stderr[-4096:]
-            return "memory_limit" if any(h in tail for h in MEMORY_HINTS) else "killed"
-        tail = stderr[-4096:]
-        if any(h in tail for h in MEMORY_HINTS):
-            return "memory_limit"
-        return "error"
+    def read_job(self, size: int) -> None:
+        """The job's bytes into the wiped buffer, framed as the child reads them; never decoded here.
+        One too large is read and dropped, so the next frame is read from its start."""
+        self.job_size = min(max(size, 0), MAX_PAYLOAD)
+        self.job.view[: HEADER.size] = HEADER.pack(self.job_size)
+        read_into(0, self.job.view[HEADER.size : HEADER.size + self.job_size])
+        for left in range(size - self.job_size, 0, -MAX_PAYLOAD):
+            read_into(0, self.job.view[HEADER.size : HEADER.size + min(left, MAX_PAYLOAD)])
+        if size != self.job_size:
+            raise ValueError(f"a job of {size} bytes (at most {MAX_PAYLOAD})")
 
     def serve(self, once: bool) -> None:
         self.once = once
+        # Runs never get to signal us (another uid), except while the sweep wears a run's uid for
+        # an instant: a handler would make SIGINT deliverable to PID 1 then. The host uses SIGKILL.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         if not once:
             for name in PREIMPORT:
                 with contextlib.suppress(ImportError):
@@ -669,8 +865,10 @@ class Server:
             # does not touch (and copy-on-write) the parent's pages. Measurably cheaper forks.
             gc.collect()
             gc.freeze()
+        self.refill()
+        if self.spare is None and not self.isolate:  # isolation refused: the fallback's spare
             self.refill()
-        write_frame(1, {"op": "ready", "pid": os.getpid()})
+        write_frame(1, {"op": "ready", "pid": os.getpid(), "isolation": self.isolation})
         while True:
             try:
                 req = read_frame(0)
@@ -680,13 +878,20 @@ class Server:
             self.back_to_back = time.monotonic() - self.answered_at < BACK_TO_BACK_S
             op = req.get("op")
             if op == "run":
+                tail: list[memoryview] = []
                 try:
-                    resp = self.run(req)
+                    self.read_job(int(req["payload"]))
+                    resp, tail = self.run(req)
                 except Exception as exc:  # report, keep serving: one bad request must not kill us
                     resp = {"status": "sandbox_error", "exit_code": None, "detail": repr(exc)}
                 if not self.host_gone:
-                    write_frame(1, resp)
+                    write_frame(1, resp, *tail)
                 self.answered_at = time.monotonic()
+                self.job.scrub(0, HEADER.size + self.job_size)
+                half = len(self.out.view) // 2
+                self.out.scrub(0, self.out_used[0])
+                self.out.scrub(half, self.out_used[1])
+                self.out_used = (0, 0)
                 self.remove_finished()
                 self.wait_exiting()  # reaped now, not left a zombie until the next request
                 if once or self.host_gone:
@@ -701,13 +906,18 @@ class Server:
 def main(argv: list[str]) -> None:
     args = dict(zip(argv[0::2], argv[1::2], strict=False))
     once = args.get("--once") == "1"
+    uids = tuple(int(u) for u in args.get("--uids", "").split(",") if u and int(u) >= 0)
     server = Server(
-        uid=int(args.get("--uid", "-1")),
-        gid=int(args.get("--gid", "-1")),
+        uids=uids,
         ws_root=args["--ws-root"],
         sweep=args.get("--sweep", "uid"),
         own_pidns=args.get("--own-pidns") == "1",  # the backend started us in a PID namespace of our own
         project_paths=tuple(str(p) for p in json.loads(args.get("--project-paths", "[]"))),
+        isolate=args.get("--isolate") == "1",
+        cgroup=args.get("--cgroup"),
+        run_filter=bytes.fromhex(args.get("--run-filter", "")),
+        workspace_mb=int(args.get("--workspace-mb", "256")),
+        workspace_inodes=int(args.get("--workspace-inodes", "65536")),
     )
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

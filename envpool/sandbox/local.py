@@ -15,6 +15,7 @@ import warnings
 import structlog
 
 from envpool.sandbox._client import FORKSERVER_SCRIPT
+from envpool.sandbox.cgroups import ServerCgroup
 from envpool.sandbox.pooled import PooledForkServerSandbox
 
 log = structlog.get_logger(__name__)
@@ -37,13 +38,12 @@ class UnsafeLocalSandbox(PooledForkServerSandbox):
         os.chmod(self._root, 0o711)  # the dropped uid must reach its own run directory
         self._python = os.path.join(sys.base_prefix, "bin", f"python{sys.version_info.major}.{sys.version_info.minor}")
 
-    def server_argv(self, uid: int | None, once: bool) -> list[str]:
+    def server_argv(self, uids: list[int], once: bool, cgroup: ServerCgroup | None) -> list[str]:
         return [
             self._python, "-I", "-S", str(FORKSERVER_SCRIPT),
-            "--uid", str(uid if uid is not None else -1),
-            "--gid", str(uid if uid is not None else -1),
+            "--uids", ",".join(map(str, uids)),
             "--ws-root", self._root,
-            "--sweep", "uid" if uid is not None else "pgroup",
+            "--sweep", "uid" if uids else "pgroup",
             "--once", "1" if once else "0",
         ]  # fmt: skip
 

@@ -15,7 +15,7 @@ import structlog
 from envpool.sandbox._client import ServerDied, ServerProcess, sandbox_error
 from envpool.sandbox.base import CancelToken, RunRequest, RunResult, RunStatus, SandboxError
 from envpool.sandbox.cgroups import ServerCgroup, cleanup_stale, create_server_cgroup
-from envpool.sandbox.uids import NoFreeUid, UidLease, lease_uid
+from envpool.sandbox.uids import RUN_SLOTS, NoFreeUid, UidLease, lease_uid
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +23,7 @@ log = structlog.get_logger(__name__)
 @dataclass
 class PooledServer:
     server: ServerProcess
-    lease: UidLease | None
+    leases: list[UidLease]
     cgroup: ServerCgroup | None = None
 
 
@@ -31,11 +31,22 @@ class PooledForkServerSandbox:
     name = "pooled"
 
     def __init__(
-        self, *, fresh: bool = False, drop_uid: bool = True, cgroup_limits: tuple[int, int] | None = None
+        self,
+        *,
+        fresh: bool = False,
+        drop_uid: bool = True,
+        cgroup_limits: tuple[int, int] | None = None,
+        launcher_joins_cgroup: bool = True,
+        isolate: bool = False,
     ) -> None:
         self.fresh = fresh  # True: a brand-new sandbox per run (slower, nothing shared at all)
         self.drop_uid = drop_uid
+        self.isolate = isolate  # each run in namespaces of its own (forkserver.py --isolate)
+        self._isolation_warned = False
         self.cgroup_limits = cgroup_limits  # (memory MB, pids) around each server, if cgroups work
+        # False where the server is not our launcher's child (docker): its group then only holds
+        # the run groups, which the server moves each run's child into itself.
+        self.launcher_joins_cgroup = launcher_joins_cgroup
         if cgroup_limits is not None:
             cleanup_stale()
         self._idle: list[PooledServer] = []
@@ -45,7 +56,8 @@ class PooledForkServerSandbox:
         self._closed = False
 
     # subclasses override
-    def server_argv(self, uid: int | None, once: bool) -> list[str]:
+    def server_argv(self, uids: list[int], once: bool, cgroup: ServerCgroup | None) -> list[str]:
+        """How to launch a server whose runs take turns over `uids` (none: no uid to drop to)."""
         raise NotImplementedError
 
     def fd_payload(self) -> bytes | None:
@@ -53,20 +65,28 @@ class PooledForkServerSandbox:
         return None
 
     def _spawn(self, once: bool) -> PooledServer:
-        lease = lease_uid() if self.drop_uid else None
+        leases: list[UidLease] = []
+        try:
+            for _ in range(RUN_SLOTS if self.drop_uid else 0):
+                leases.append(lease_uid())
+        except NoFreeUid:
+            for lease in leases:
+                lease.release()
+            raise
         cgroup = self._take_cgroup()
-        argv = self.server_argv(lease.uid if lease else None, once)
-        if cgroup is not None:
+        argv = self.server_argv([lease.uid for lease in leases], once, cgroup)
+        if cgroup is not None and self.launcher_joins_cgroup:
             argv = cgroup.wrap(argv)  # the launcher enters the cgroup before exec: the whole tree is in
         server = ServerProcess(argv, label=self.name, fd_payload=self.fd_payload())
         try:
             server.start()
         except (OSError, ServerDied):
-            if lease is not None:
+            for lease in leases:
                 lease.release()
             self._give_back_cgroup(cgroup)
             raise
-        pooled = PooledServer(server, lease, cgroup)
+        self._check_isolation(server)
+        pooled = PooledServer(server, leases, cgroup)
         with self._lock:
             self._live.append(pooled)
         return pooled
@@ -78,7 +98,7 @@ class PooledForkServerSandbox:
             if self._spare_cgroups:
                 return self._spare_cgroups.pop()
         # Made once and reused by later servers: creating one costs ~10-20 ms (matters for fresh runs).
-        return create_server_cgroup(*self.cgroup_limits)
+        return create_server_cgroup(*self.cgroup_limits, run_slots=RUN_SLOTS if self.drop_uid else 0)
 
     def _give_back_cgroup(self, cgroup: ServerCgroup | None) -> None:
         if cgroup is None:
@@ -89,10 +109,16 @@ class PooledForkServerSandbox:
                 return
         cgroup.remove()
 
+    def _check_isolation(self, server: ServerProcess) -> None:
+        """Log once when a server could not give its runs namespaces of their own."""
+        if self.isolate and not self._isolation_warned and server.isolation != "per-run namespaces":
+            self._isolation_warned = True
+            log.warning("sandbox.no_run_isolation", backend=self.name, detail=server.isolation)
+
     def _retire(self, pooled: PooledServer) -> None:
         pooled.server.kill()
-        if pooled.lease is not None:
-            pooled.lease.release()
+        for lease in pooled.leases:
+            lease.release()
         self._give_back_cgroup(pooled.cgroup)
         with self._lock:
             if pooled in self._live:

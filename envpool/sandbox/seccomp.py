@@ -1,19 +1,25 @@
-"""A small seccomp-BPF deny-list for the bwrap sandbox, handed to `bwrap --seccomp FD`.
+"""The seccomp-BPF deny-lists of the sandboxes: one for the fork-server, one for each run.
 
-Why: the namespaces hide the host, but every syscall still reaches the host kernel. The filter
+Why: the namespaces hide the host, but every syscall still reaches the host kernel. The run filter
 removes the riskiest kernel surface a program has no business with: creating namespaces (user
 namespaces would give the run capabilities over new kernel objects), mounting, ptrace, keyrings,
-BPF, perf, io_uring, module loading, kexec, and the non-native syscall ABIs (i386 `int 0x80`, x32,
-32-bit ARM) that could sidestep a filter written for the native one (x86_64, aarch64, riscv64).
-Denied calls fail with EPERM (ENOSYS for clone3/io_uring so libc and libuv fall back to
-clone/epoll) rather than killing the process, so programs that merely probe for a feature keep
-working.
+BPF, perf, io_uring, module loading, kexec, socket families other than unix, IPv4, IPv6 and
+netlink (`AF_VSOCK` would reach the hypervisor, which no network namespace hides), and the
+non-native syscall ABIs (i386 `int 0x80`, x32, 32-bit ARM) that could sidestep a filter written
+for the native one (x86_64, aarch64, riscv64). Denied calls fail with EPERM (ENOSYS for
+clone3/io_uring so libc and libuv fall back to clone/epoll; EAFNOSUPPORT for a socket family)
+rather than killing the process, so programs that merely probe for a feature keep working.
 
-The filter applies to the fork-server too; it needs none of these calls. Other architectures get
-no filter (logged): the namespaces and limits still apply. Every filter is checked against the
-kernel's headers and run through a BPF interpreter in the tests; the x86_64 one runs in every
-containment test, and the aarch64 and riscv64 ones in Debian kernels of theirs under qemu
-(tests/envpool/test_seccomp_kernels.py, set up by `make setup` as root).
+Two filters, stacked: `bwrap --seccomp` puts the *server* filter on the fork-server and everything
+it forks; it is the run filter less what the server needs to give each run namespaces of its own
+(`unshare` of a user, mount, IPC and UTS namespace, and `mount` for the run's tmpfs, which a user
+namespace confines to filesystems an unprivileged user may mount). Each run's child installs the
+*run* filter itself before the program starts, so a program gets the intersection: everything
+both deny. Other architectures get no filter (logged): the namespaces and limits still apply.
+Every filter is checked against the kernel's headers and run through a BPF interpreter in the
+tests; the x86_64 ones run in every containment test, and the aarch64 and riscv64 run filters in
+Debian kernels of theirs under qemu (tests/envpool/test_seccomp_kernels.py, set up by `make setup`
+as root).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import errno
 import platform
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 # BPF opcodes (linux/filter.h, linux/bpf_common.h)
 LD_W_ABS = 0x20
@@ -47,6 +54,13 @@ DENY_EPERM = (
 DENY_ENOSYS = ("io_uring_setup", "clone3")  # callers fall back when these are "missing"
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (NEWTIME exists only via clone3/unshare)
 CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+SERVER_UNSHARE = 0x10000000 | 0x00020000 | 0x08000000 | 0x04000000
+"""CLONE_NEWUSER | NEWNS | NEWIPC | NEWUTS: the namespaces the fork-server's child makes for its run."""
+SERVER_ALLOWED = ("unshare", "mount")
+"""Denied to runs, allowed to the fork-server (`unshare` only with `SERVER_UNSHARE` flags)."""
+SOCKET_FAMILIES = (1, 2, 10, 16)
+"""AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the socket families a run may create; any other (AF_VSOCK,
+AF_PACKET, AF_ALG, AF_BLUETOOTH...) fails with EAFNOSUPPORT."""
 
 
 X86_64_NUMBERS = {  # asm/unistd_64.h
@@ -58,6 +72,7 @@ X86_64_NUMBERS = {  # asm/unistd_64.h
     "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 56,
+    "socket": 41, "socketpair": 53,
 }  # fmt: skip
 GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
     "ptrace": 117, "personality": 92, "pivot_root": 41, "chroot": 51, "acct": 89, "mount": 40,
@@ -68,13 +83,15 @@ GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
     "finit_module": 273, "kexec_file_load": 294, "bpf": 280, "userfaultfd": 282, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 220,
+    "socket": 198, "socketpair": 199,
 }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Abi:
-    """A native syscall ABI: its `AUDIT_ARCH_*` value and the numbers of the syscalls the filter
-    looks at (every name in DENY_EPERM and DENY_ENOSYS, and `clone`, whose flags come first)."""
+    """A native syscall ABI: its `AUDIT_ARCH_*` value and the numbers of the syscalls the filters
+    look at (every name in DENY_EPERM and DENY_ENOSYS; `clone`, whose flags come first; `socket`
+    and `socketpair`, whose family comes first)."""
 
     audit_arch: int
     numbers: dict[str, int]
@@ -102,8 +119,9 @@ class Insn:
     jf: int | str = 0
 
 
-def build_program(abi: Abi) -> list[Insn | str]:
-    """The filter for `abi` as instructions and labels (a str entry marks a label)."""
+def build_program(abi: Abi, *, server: bool = False) -> list[Insn | str]:
+    """The run filter for `abi` (or, with `server`, the fork-server's) as instructions and labels
+    (a str entry marks a label)."""
     prog: list[Insn | str] = [
         Insn(LD_W_ABS, OFFSET_ARCH),
         Insn(JEQ_K, abi.audit_arch, jt=1, jf=0),
@@ -112,11 +130,28 @@ def build_program(abi: Abi) -> list[Insn | str]:
     ]
     if abi.x32_bit:
         prog.append(Insn(JGE_K, X32_SYSCALL_BIT, jt="eperm"))
-    for nr in sorted(abi.numbers[name] for name in DENY_EPERM):
+    denied = [name for name in DENY_EPERM if not (server and name in SERVER_ALLOWED)]
+    for nr in sorted(abi.numbers[name] for name in denied):
         prog.append(Insn(JEQ_K, nr, jt="eperm"))
     for nr in sorted(abi.numbers[name] for name in DENY_ENOSYS):
         prog.append(Insn(JEQ_K, nr, jt="enosys"))
+    if server:
+        prog += [
+            Insn(JEQ_K, abi.numbers["unshare"], jf="clone"),
+            Insn(LD_W_ABS, OFFSET_ARG0),  # unshare flags
+            Insn(JSET_K, CLONE_NEW_MASK & ~SERVER_UNSHARE, jt="eperm", jf="allow"),
+        ]
+    else:
+        prog += [
+            Insn(JEQ_K, abi.numbers["socket"], jt="family"),
+            Insn(JEQ_K, abi.numbers["socketpair"], jf="clone"),
+            "family",
+            Insn(LD_W_ABS, OFFSET_ARG0),  # the socket family
+            *(Insn(JEQ_K, family, jt="allow") for family in SOCKET_FAMILIES),
+            Insn(RET_K, RET_ERRNO | errno.EAFNOSUPPORT),
+        ]
     prog += [
+        "clone",
         Insn(JEQ_K, abi.numbers["clone"], jf="allow"),
         Insn(LD_W_ABS, OFFSET_ARG0),  # clone flags (low 32 bits)
         Insn(JSET_K, CLONE_NEW_MASK, jt="eperm"),
@@ -160,7 +195,33 @@ def native_abi() -> Abi | None:
     return ABIS.get(platform.machine().lower())
 
 
-def filter_bytes() -> bytes | None:
-    """The compiled filter for this machine, or None where we have no filter for its ABI."""
+def filter_bytes(*, server: bool = False) -> bytes | None:
+    """The compiled run filter (or the fork-server's) for this machine, or None where we have no
+    filter for its ABI."""
     abi = native_abi()
-    return None if abi is None else assemble(build_program(abi))
+    return None if abi is None else assemble(build_program(abi, server=server))
+
+
+DOCKER_ARCHES = {"x86_64": "SCMP_ARCH_X86_64", "amd64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64",
+                 "arm64": "SCMP_ARCH_AARCH64", "riscv64": "SCMP_ARCH_RISCV64"}  # fmt: skip
+
+
+def docker_profile() -> dict[str, Any] | None:
+    """The fork-server's filter as a Docker seccomp profile (`--security-opt seccomp=FILE`), in
+    place of Docker's default one, which refuses the namespaces a run's child makes for itself.
+    Denials match `build_program(server=True)`; syscalls of another ABI are refused by
+    libseccomp (only the native one is listed). Runs still install the run filter themselves."""
+    arch = DOCKER_ARCHES.get(platform.machine().lower())
+    if arch is None:
+        return None
+    eperm = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}
+    rules: list[dict[str, Any]] = [
+        {"names": sorted(set(DENY_EPERM) - set(SERVER_ALLOWED)), **eperm},
+        {"names": list(DENY_ENOSYS), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+    ]
+    for bit in (1 << b for b in range(32) if CLONE_NEW_MASK & (1 << b)):
+        masked = [{"index": 0, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}]
+        rules.append({"names": ["clone"], "args": masked, **eperm})
+        if not SERVER_UNSHARE & bit:
+            rules.append({"names": ["unshare"], "args": masked, **eperm})
+    return {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules}

@@ -124,8 +124,9 @@ async def test_read_host_home_and_environment(sandbox: BwrapSandbox) -> None:
 
 async def test_write_outside_workspace(sandbox: BwrapSandbox, tmp_path: Path) -> None:
     host_target = tmp_path / "pwned"
-    targets = ["/tmp/x", "/usr/x", "/opt/python/x", "/opt/rlide/forkserver.py", "/ws/x", "/etc/x",
-               "/x", "/dev/shm/x", str(host_target), "/proc/sys/kernel/hostname"]  # fmt: skip
+    # The workspace is /ws itself (a tmpfs of the run's own): everything else must refuse.
+    targets = ["/tmp/x", "/usr/x", "/opt/python/x", "/opt/rlide/forkserver.py", "/run/x", "/etc/x",
+               "/x", "/dev/shm/x", str(host_target), "/proc/sys/kernel/hostname", "/proc/cmdline"]  # fmt: skip
     code = f"""
         import os
         for p in {targets!r}:
@@ -448,41 +449,38 @@ async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
         sb.close()
 
 
-PLANT_IN_NEXT_WORKSPACE = """
-import os, re, time
-here = os.getcwd()
-prefix, n = re.fullmatch(r"(.*-)(\\d+)", here).groups()
-time.sleep(0.2)  # let the next run's workspace appear
-for k in range(int(n) + 1, int(n) + 4):
-    target = f"{prefix}{k}"
+PLANT_FOR_THE_NEXT_RUN = """
+import glob, os, time
+time.sleep(0.2)  # let the next run's child appear
+mine = {str(os.getpid()), "self", "thread-self"}
+reached = []
+for path in glob.glob("/proc/*/root/ws") + glob.glob("/proc/*/cwd") + glob.glob("/ws/*/"):
+    if path.split("/")[2] in mine:
+        continue
     try:
-        with open(os.path.join(target, "planted.py"), "w") as fh:
+        with open(os.path.join(path, "planted.py"), "w") as fh:
             fh.write("print('planted')")
-        print("planted", target)
-    except OSError as exc:
-        print("refused", target, type(exc).__name__, os.path.isdir(target))
+        reached.append(path)
+    except OSError:
+        pass
+open("planted.py", "w").write("print('planted')")  # its own workspace: gone with it
+print(reached)
 """
 
 
 async def test_a_run_cannot_plant_files_in_the_next_runs_workspace(sandbox: BwrapSandbox) -> None:
     # A request that follows the last answer at once has the next run's child forked, with its
-    # workspace, while its program runs. Back to back in one thread; a loaded host can still
-    # leave a gap (then the spare comes after the answer), so a few tries.
-    def back_to_back() -> RunResult:
+    # workspace, while its program runs: a tmpfs in a mount namespace of its own, which no other
+    # run can reach (not through /proc/<pid>/root or cwd either). Back to back in one thread.
+    def back_to_back() -> tuple[RunResult, RunResult]:
         sandbox.run(RunRequest(code="pass"))
-        return sandbox.run(RunRequest(code=PLANT_IN_NEXT_WORKSPACE))
+        plant = sandbox.run(RunRequest(code=PLANT_FOR_THE_NEXT_RUN))
+        return plant, sandbox.run(RunRequest(code="import os; print(sorted(os.listdir('.')))"))
 
-    outputs = []
-    for _ in range(5):
-        plant = await anyio.to_thread.run_sync(back_to_back)
-        assert plant.status is RunStatus.OK, plant
-        outputs.append(plant.stdout)
-        if "PermissionError True" in plant.stdout:
-            break
-    assert not any("planted " in out for out in outputs), outputs
-    assert "PermissionError True" in outputs[-1], outputs  # the next workspace existed, closed to us
-    after = await run(sandbox, "import os; print(sorted(os.listdir('.')))")
-    assert after.stdout == "[]\n"
+    for _ in range(3):
+        plant, after = await anyio.to_thread.run_sync(back_to_back)
+        assert plant.status is RunStatus.OK and plant.stdout == "[]\n", plant
+        assert after.stdout == "[]\n"
 
 
 async def test_limits_that_hit_before_the_child_is_set_up_still_kill_it(sandbox: BwrapSandbox) -> None:

@@ -23,6 +23,9 @@ from envpool.sandbox.seccomp import (
     RET_ERRNO,
     RET_KILL_PROCESS,
     RISCV64,
+    SERVER_ALLOWED,
+    SERVER_UNSHARE,
+    SOCKET_FAMILIES,
     X32_SYSCALL_BIT,
     X86_64,
     Abi,
@@ -65,7 +68,7 @@ def test_each_filter_denies_its_list_and_allows_the_rest(abi: Abi) -> None:
         assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.EPERM, name
     for name in DENY_ENOSYS:
         assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.ENOSYS, name
-    denied = {abi.numbers[name] for name in (*DENY_EPERM, *DENY_ENOSYS)}
+    denied = {abi.numbers[name] for name in (*DENY_EPERM, *DENY_ENOSYS, "socket", "socketpair")}
     for nr in set(range(460)) - denied:  # every other syscall number, clone with harmless flags
         assert run_filter(program, abi.audit_arch, nr, CLONE_THREAD_FLAGS) == RET_ALLOW, nr
     clone = abi.numbers["clone"]
@@ -73,6 +76,32 @@ def test_each_filter_denies_its_list_and_allows_the_rest(abi: Abi) -> None:
     for bit in range(32):
         if CLONE_NEW_MASK & (1 << bit):
             assert run_filter(program, abi.audit_arch, clone, 1 << bit) == RET_ERRNO | errno.EPERM, bit
+
+
+@pytest.mark.parametrize("abi", [X86_64, AARCH64, RISCV64], ids=["x86_64", "aarch64", "riscv64"])
+def test_runs_get_unix_ip_and_netlink_sockets_only(abi: Abi) -> None:
+    program = assemble(build_program(abi))
+    for name in ("socket", "socketpair"):
+        for family in range(64):
+            expected = RET_ALLOW if family in SOCKET_FAMILIES else RET_ERRNO | errno.EAFNOSUPPORT
+            assert run_filter(program, abi.audit_arch, abi.numbers[name], family) == expected, (name, family)
+    assert run_filter(program, abi.audit_arch, abi.numbers["socket"], 40) == RET_ERRNO | errno.EAFNOSUPPORT  # vsock
+
+
+@pytest.mark.parametrize("abi", [X86_64, AARCH64, RISCV64], ids=["x86_64", "aarch64", "riscv64"])
+def test_the_server_filter_lets_the_server_make_a_runs_namespaces_and_nothing_more(abi: Abi) -> None:
+    program = assemble(build_program(abi, server=True))
+    unshare, mount = abi.numbers["unshare"], abi.numbers["mount"]
+    assert run_filter(program, abi.audit_arch, unshare, SERVER_UNSHARE) == RET_ALLOW
+    assert run_filter(program, abi.audit_arch, mount, 0) == RET_ALLOW
+    for bit in range(32):
+        if CLONE_NEW_MASK & (1 << bit) and not SERVER_UNSHARE & (1 << bit):  # PID, net, cgroup
+            assert run_filter(program, abi.audit_arch, unshare, SERVER_UNSHARE | 1 << bit) == RET_ERRNO | errno.EPERM
+    for name in set(DENY_EPERM) - set(SERVER_ALLOWED):
+        assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.EPERM, name
+    clone = abi.numbers["clone"]
+    assert run_filter(program, abi.audit_arch, clone, CLONE_THREAD_FLAGS | CLONE_NEWUSER) == RET_ERRNO | errno.EPERM
+    assert run_filter(program, abi.audit_arch, abi.numbers["socket"], 40) == RET_ALLOW  # the server makes none
 
 
 def test_other_abis_are_killed_and_x32_is_denied() -> None:
@@ -92,7 +121,7 @@ def test_syscall_numbers_are_the_kernels(abi: Abi, header: str) -> None:
     if not path.exists():
         pytest.skip(f"{path} is not installed (Debian: linux-libc-dev)")
     defined = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR_(\w+)\s+(\d+)\b", path.read_text())}
-    assert set(abi.numbers) == {*DENY_EPERM, *DENY_ENOSYS, "clone"}
+    assert set(abi.numbers) == {*DENY_EPERM, *DENY_ENOSYS, "clone", "socket", "socketpair"}
     assert {name: defined.get(name) for name in abi.numbers} == abi.numbers
 
 
@@ -122,5 +151,5 @@ def test_a_machine_without_a_filter_is_logged_not_silent(monkeypatch: pytest.Mon
     assert [e["machine"] for e in logs if e["event"] == "sandbox.no_seccomp_filter"] == ["s390x"]
     monkeypatch.setattr("platform.machine", lambda: "aarch64")
     sandbox = BwrapSandbox(BwrapConfig())
-    assert sandbox.fd_payload() == assemble(build_program(AARCH64))
+    assert sandbox.fd_payload() == assemble(build_program(AARCH64, server=True))
     sandbox.close()
