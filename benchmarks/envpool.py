@@ -11,6 +11,12 @@
   (what the MCP server's first `run_code` waits for beyond its imports) and for two later ones.
 
 Usage: python benchmarks/envpool.py [--runs 200] [--threads 8] [--envs 8] [--passes 5] [--pool-start-only]
+       python benchmarks/envpool.py --baseline REF [--rounds 2] [...]
+
+With `--baseline REF` (a git ref), the whole benchmark runs in child processes, alternately on
+`envpool/` as it was at REF and as it is in the working tree (ABAB, the first variant swapped each
+round), so that drift in machine speed hits both alike; it prints every round's figures and, per
+figure, the median of each variant's rounds.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -187,6 +194,45 @@ def pool_first_job_s(envs: int, starts: int = 3) -> dict[str, float]:
     return {"first": round(seconds[0], 3), "later_median": round(statistics.median(seconds[1:]), 3)}
 
 
+def flatten(report: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Every number of a report under its dotted path."""
+    out: dict[str, float] = {}
+    for key, value in report.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[f"{prefix}{key}"] = float(value)
+    return out
+
+
+def compare(ref: str, rounds: int, forwarded: list[str]) -> dict[str, Any]:
+    """This benchmark on envpool at `ref` and in the working tree, in alternating child processes."""
+    root = os.path.dirname(_HERE)
+    commit = subprocess.run(
+        ["git", "-C", root, "rev-parse", "--short", ref], capture_output=True, text=True, check=True
+    )
+    with tempfile.TemporaryDirectory(prefix="rlide-baseline-") as tmp:
+        archive = subprocess.run(["git", "-C", root, "archive", ref, "envpool"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        variants = {"baseline": {**os.environ, "PYTHONPATH": tmp}, "current": dict(os.environ)}
+        runs: list[dict[str, Any]] = []
+        for n in range(rounds):
+            order = list(variants) if n % 2 == 0 else list(reversed(variants))
+            row = {}
+            for name in order:
+                child = [sys.executable, os.path.abspath(__file__), *forwarded]
+                out = subprocess.run(child, env=variants[name], capture_output=True, text=True, check=True)
+                row[name] = json.loads(out.stdout)
+            runs.append(row)
+    medians: dict[str, dict[str, float]] = {}
+    for name in variants:
+        figures = [flatten(row[name]) for row in runs]
+        medians[name] = {
+            k: round(statistics.median(f[k] for f in figures), 3) for k in figures[0] if all(k in f for f in figures)
+        }
+    return {"baseline": f"{ref} ({commit.stdout.strip()})", "rounds": runs, "median_of_rounds": medians}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
@@ -194,7 +240,18 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--pool-start-only", action="store_true", help="only pool_first_job_s (paired runs)")
+    parser.add_argument("--baseline", help="git ref: also run the benchmark on envpool as it was there (ABAB)")
+    parser.add_argument("--rounds", type=int, default=2, help="with --baseline: rounds of each variant")
     args = parser.parse_args()
+    if args.baseline:
+        forwarded = [
+            f"--runs={args.runs}",
+            f"--threads={args.threads}",
+            f"--envs={args.envs}",
+            f"--passes={args.passes}",
+        ]
+        print(json.dumps(compare(args.baseline, args.rounds, forwarded), indent=2))
+        return
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout is the JSON
     if args.pool_start_only:
         print(json.dumps({"loadavg_1m": round(os.getloadavg()[0], 2), "pool_first_job_s": pool_first_job_s(args.envs)}))

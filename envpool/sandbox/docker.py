@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from envpool.sandbox._client import FORKSERVER_SCRIPT
 from envpool.sandbox.base import SandboxUnavailable
-from envpool.sandbox.bwrap import HOSTNAME, SANDBOX_CGROUP, SERVER_CAPS
+from envpool.sandbox.bwrap import HOSTNAME, MASKED, SANDBOX_CGROUP, SERVER_CAPS
 from envpool.sandbox.cgroups import ServerCgroup
 from envpool.sandbox.pooled import PooledForkServerSandbox
 from envpool.sandbox.seccomp import docker_profile, filter_bytes
@@ -134,6 +134,8 @@ class DockerSandbox(PooledForkServerSandbox):
             "--sweep", "uid", "--own-pidns", "1", "--once", "1" if once else "0",
             "--isolate", "1", "--workspace-mb", str(c.workspace_mb),
             *(["--cgroup", SANDBOX_CGROUP] if cgroup is not None and cgroup.runs else []),
+            # Docker refuses mounts over /proc: each run's child masks them in its own mount namespace.
+            "--masked", json.dumps(MASKED),
             *(["--run-filter", self._run_filter.hex()] if self._run_filter else []),
             *c.server_args(),
         ]  # fmt: skip

@@ -32,8 +32,8 @@ What keeps runs apart from each other (one server serves many runs, from any epi
   limit is the run's `memory_mb`, so pages a run holds outside its address-space limit (a memfd,
   shared memory, its tmpfs files) count against that run, not the server.
 - **No job in inherited memory**: the server never decodes a job. Its bytes, and the run's output,
-  pass through buffers marked `MADV_WIPEONFORK`, so a child forked later (or during the run) finds
-  them zeroed; the child reads its own job from its control pipe. stdin reaches the program as a
+  pass through buffers marked `MADV_DONTFORK`, which a child forked later (or during the run) does
+  not have at all; the child reads its own job from its control pipe. stdin reaches the program as a
   memfd the child fills itself.
 Without a separate uid to drop to (`--sweep pidns`, unprivileged mode) or without namespaces, the
 child uses a directory of the workspace that the server deletes after the answer, and the sweep
@@ -46,6 +46,7 @@ Modes: `serve` (default; loop over requests) and `--once` (one request, for fres
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import ctypes
 import errno
@@ -73,14 +74,16 @@ MAX_HEADER = 1 << 20
 MAX_PAYLOAD = 100 << 20  # the host refuses a larger job (envpool.sandbox.base.MAX_PAYLOAD_BYTES)
 MAX_OUTPUT = 64 << 20  # the largest max_output_bytes a request may ask for, per stream
 CHUNK = 1 << 16
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+SPARE_NAME = b"rlide-spare"  # a waiting child's name (ps, /proc/<pid>/comm) until its job comes
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 MADV_DONTNEED = 4
-MADV_WIPEONFORK = 18
+MADV_DONTFORK = 10
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x04000000, 0x08000000, 0x10000000
-MS_NOSUID, MS_NODEV = 0x2, 0x4
+MS_NOSUID, MS_NODEV, MS_BIND = 0x2, 0x4, 0x1000
 CAPABILITY_VERSION_3 = 0x20080522
 RUN_UID = 1000  # a run's uid inside its own user namespace; outside, the slot's leased uid
 SWEEP_TIMEOUT_S = 10.0  # a run's processes that outlive this many seconds of SIGKILLs end the server
@@ -100,6 +103,17 @@ TOOLS_SITE = "/opt/tools-site"
 PROJECT_SITE = "/opt/project-site"
 SHELLS = {"shell": "/bin/sh", "bash": "/bin/bash"}
 libc = ctypes.CDLL(None, use_errno=True)
+# Looked up (and ctypes warmed up by one call) once, here: a child that did it would pay ~0.25 ms in
+# copy-on-write faults before its first system call.
+setns, unshare, mount, capset, prctl, madvise = (
+    libc.setns,
+    libc.unshare,
+    libc.mount,
+    libc.capset,
+    libc.prctl,
+    libc.madvise,
+)
+libc.getpid()
 
 
 def check(result: int, what: str) -> None:
@@ -182,28 +196,29 @@ def remove_tree(path: str) -> None:
             os.waitpid(os.posix_spawn("/bin/rm", ["rm", "-rf", "--", path], {}), 0)
 
 
-class WipedBuffer:
-    """Anonymous memory a forked child sees as zeros (`MADV_WIPEONFORK`): where the server keeps a
-    job's bytes and a run's output, so no later run inherits them. `scrub` zeroes and frees what
-    a run used. Where the kernel lacks the flag, `wiped` is False and the server forks no child
-    while a run's bytes are in here."""
+class PrivateBuffer:
+    """Anonymous memory a forked child does not get (`MADV_DONTFORK`): where the server keeps a
+    job's bytes and a run's output, so no later run inherits them (nor counts them against its
+    address-space limit). `scrub` zeroes and frees what a run used. Where the kernel refuses the
+    flag, `private` is False and the server forks no child while a run's bytes are in here."""
 
     def __init__(self, size: int) -> None:
-        self.map = mmap.mmap(-1, size)
+        # Private, not mmap's default MAP_SHARED: a shared mapping would be shared with the children.
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.view = memoryview(self.map)
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.addr = ctypes.addressof(self._anchor)
-        self.wiped = libc.madvise(ctypes.c_void_p(self.addr), ctypes.c_size_t(size), MADV_WIPEONFORK) == 0
+        self.private = madvise(ctypes.c_void_p(self.addr), ctypes.c_size_t(size), MADV_DONTFORK) == 0
 
     def scrub(self, offset: int, used: int) -> None:
         """Zero and free `used` bytes from `offset` (a multiple of the page size)."""
         if used > 0:
             size = min(len(self.view) - offset, -(-used // mmap.PAGESIZE) * mmap.PAGESIZE)
-            libc.madvise(ctypes.c_void_p(self.addr + offset), ctypes.c_size_t(size), MADV_DONTNEED)
+            madvise(ctypes.c_void_p(self.addr + offset), ctypes.c_size_t(size), MADV_DONTNEED)
 
 
 class Output:
-    """One stream of a run read into a slice of a `WipedBuffer`: up to its limit and one chunk more,
+    """One stream of a run read into a slice of a `PrivateBuffer`: up to its limit and one chunk more,
     which tells that the limit was passed."""
 
     def __init__(self, view: memoryview, limit: int) -> None:
@@ -350,6 +365,7 @@ class Server:
         run_filter: bytes = b"",
         workspace_mb: int = 256,
         workspace_inodes: int = 65536,
+        masked: tuple[str, ...] = (),
     ) -> None:
         self.uids = uids  # one per slot; empty: no uid to drop to
         self.ws_root = ws_root
@@ -357,24 +373,35 @@ class Server:
         self.isolate = isolate and sweep == "uid"
         self.isolation = "per-run namespaces" if self.isolate else "none asked"  # said in the greeting
         self.cgroup = cgroup if cgroup and os.path.isdir(cgroup) else None
-        self.workspace_options = f"size={workspace_mb}m,nr_inodes={workspace_inodes},mode=0700"
+        self.workspace_options = (
+            f"size={workspace_mb}m,nr_inodes={workspace_inodes},mode=0700,uid={RUN_UID},gid={RUN_UID}".encode()
+        )
+        self.masked = [path.encode() for path in masked]  # files each run sees as /dev/null
         self.counter = 0
         self.bin_dir = os.path.dirname(sys.executable)
         self.host_gone = False
         self.once = False
-        self.spare: Spare | None = None
+        self.spares: collections.deque[Spare] = collections.deque()  # forked ahead, in slot order
         self.finished: list[str] = []  # workspace folders of runs that ended, removed after the answer
-        self.exiting: int | None = None  # pidfd of the last run's child while the kernel tears it down
+        # Per slot: (pid, pidfd) of its last run's child, killed as it exited, while the kernel tears
+        # it down (its namespaces and workspace with it, ~1 ms): waited for before the slot's next run.
+        self.exiting: dict[int, tuple[int, int]] = {}
         self.answered_at = -BACK_TO_BACK_S  # monotonic time the last answer went out
         self.back_to_back = False  # the current request came right after the last answer
-        self.job = WipedBuffer(MAX_PAYLOAD + HEADER.size)
-        self.out = WipedBuffer(2 * (MAX_OUTPUT + CHUNK))
+        self.job = PrivateBuffer(MAX_PAYLOAD + HEADER.size)
+        self.out = PrivateBuffer(2 * (MAX_OUTPUT + CHUNK))
         self.job_size = 0
+        with open("/proc/self/comm", "rb") as comm:
+            self.name = comm.read().strip()  # what a run's process is called (python3.11)
+        self.userns: list[int] = []  # per slot: an fd of the user namespace its runs' children enter
+        self.oom_events: list[int] = []  # per slot: an eventfd the kernel signals on an OOM in its group
+        self.memory_limits: dict[int, int] = {}  # per slot: the memory limit last written to its group
         self.out_used = (0, 0)  # bytes of each half of `out` the last run wrote
         # Made here, inherited by every child: what it needs to install the run's filter and drop
         # its capabilities, so that a child allocates nothing for either.
         self.filter_code = ctypes.create_string_buffer(run_filter, len(run_filter) or 1)
         self.filter_prog = SockFprog(len(run_filter) // 8, ctypes.addressof(self.filter_code))
+        self.filter_ref = ctypes.byref(self.filter_prog)
         self.cap_header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
         self.cap_data = (ctypes.c_uint32 * 6)()
         env = {
@@ -397,6 +424,7 @@ class Server:
         """Runs in the forked spare; never returns. Everything before the job is read is the same
         for every job, so it is done while the spare waits, not while a caller does."""
         code = 70
+        prctl(PR_SET_NAME, SPARE_NAME, 0, 0, 0)
         try:
             # The server's /dev/null stdout object owns a low fd; closed now, its finalizer cannot
             # close whatever reuses that number once PythonProgram replaces sys.stdout.
@@ -407,14 +435,20 @@ class Server:
                 os.dup2(fd, target)
             os.dup2(fds[2], 3)
             os.dup2(fds[3], STATUS_FD, inheritable=False)  # closed by an execve: sh and node just exit
-            os.closerange(STATUS_FD + 1, 65536)
             if self.cgroup:
-                with open(f"{self.cgroup}/run-{spare.slot}/cgroup.procs", "w") as procs:
-                    procs.write("0")
+                fd = os.open(self.slot_file(spare.slot, "cgroup.procs"), os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
             if self.isolate:
-                self.own_namespaces(spare.ws)
+                self.own_namespaces(spare)
+            os.closerange(STATUS_FD + 1, 65536)
             os.chdir(spare.ws)
             os.umask(0o077)
+            if self.sweep_mode == "uid":
+                self.drop_privileges(spare)
+            check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+            if self.filter_prog.len:
+                check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_ref, 0, 0), "seccomp")
             program = self.python
             env = program.enter(spare.ws)
             try:
@@ -422,6 +456,7 @@ class Server:
             except EOFError:  # the server is shutting down: this spare was never used
                 code = 0
                 return
+            prctl(PR_SET_NAME, self.name, 0, 0, 0)
             os.close(3)
             stdin = req.get("stdin")
             if stdin:  # before the file-size limit, which would cap it
@@ -446,20 +481,11 @@ class Server:
             if self.sweep_mode == "uid":  # NPROC counts per uid: only meaningful with our own uid
                 limits.append((resource.RLIMIT_NPROC, int(req["max_processes"])))
             for lim in limits:
-                soft = lim[1]
-                hard = lim[2] if len(lim) > 2 else soft
-                resource.setrlimit(lim[0], (soft, hard))
-            if self.sweep_mode == "uid":
-                uid = RUN_UID if self.isolate else self.uids[spare.slot]
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-                # Inside its own user namespace the child was no uid 0 to begin with, so the
-                # kernel keeps its capabilities over that namespace across setresuid: drop them.
-                check(libc.capset(self.cap_header, self.cap_data), "capset")
-            check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-            if self.filter_prog.len:
-                check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.filter_prog), 0, 0), "seccomp")
+                hard = lim[2] if len(lim) > 2 else lim[1]
+                _, ours = resource.getrlimit(lim[0])  # no longer ours to raise
+                if ours != resource.RLIM_INFINITY:
+                    hard = min(hard, ours)
+                resource.setrlimit(lim[0], (min(lim[1], hard), hard))
             write_files(req.get("files") or {})
             env.update(req.get("env") or {})
             if lang == "python":
@@ -488,18 +514,28 @@ class Server:
         finally:
             os._exit(code)
 
-    def own_namespaces(self, ws: str) -> None:
-        """In the spare: a user namespace of its own (whose uid map the server writes: only the
-        run's uid), mount, IPC and UTS namespaces owned by it, and a fresh tmpfs as the workspace.
-        All of it dies with the run's last process; none of it is visible to any other run."""
-        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
-            os.write(STATUS_FD, b"!" + EXIT_CODE.pack(ctypes.get_errno()))
-            raise OSError(ctypes.get_errno(), "unshare")
-        os.write(STATUS_FD, b"u")
-        if os.read(3, 1) != b"g":
-            raise EOFError("the server did not map the run's uid")
-        options = f"{self.workspace_options},uid={RUN_UID},gid={RUN_UID}".encode()
-        check(libc.mount(b"tmpfs", ws.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mount the workspace")
+    def drop_privileges(self, spare: Spare) -> None:
+        """Become the run's uid while waiting, not when the job comes: the program running now has
+        the other slot's uid and cannot touch us either way, and the caller waits less."""
+        uid = RUN_UID if self.isolate else self.uids[spare.slot]
+        if not self.isolate:
+            os.chown(spare.ws, uid, uid)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        # Inside its user namespace the child was no uid 0 to begin with, so the kernel keeps its
+        # capabilities over that namespace across setresuid: drop them.
+        check(capset(self.cap_header, self.cap_data), "capset")
+
+    def own_namespaces(self, spare: Spare) -> None:
+        """In the spare: its slot's user namespace (in which only the run's uid is mapped), mount,
+        IPC and UTS namespaces of its own, owned by it, and a fresh tmpfs as the workspace. All of
+        it but the user namespace dies with the run's last process; none is visible to another run."""
+        check(setns(self.userns[spare.slot], CLONE_NEWUSER), "enter the slot's user namespace")
+        check(unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+        check(mount(b"tmpfs", self.ws_root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, self.workspace_options), "mount")
+        for path in self.masked:  # where the sandbox itself could not hide them (docker)
+            check(mount(b"/dev/null", path, None, MS_BIND, None), "mask")
 
     # ---- server side ------------------------------------------------------------------------
     def signal_slot(self, slot: int) -> None:
@@ -517,8 +553,9 @@ class Server:
     def sweep(self, spare: Spare, reaped: bool, exiting: int | None = None) -> None:
         """Kill every process the run left behind, then reap them (we are PID 1 / subreaper).
         `exiting`: the run's child, already SIGKILLed and being torn down: not waited for here
-        (see `wait_exiting`). Once kill() returns it cannot fork: the kernel fails a fork with a
-        fatal signal pending, and a child forked before the signal is visible to the scan."""
+        (see `wait_exiting`), nor are earlier runs' children in their teardown. Once kill()
+        returns it cannot fork: the kernel fails a fork with a fatal signal pending, and a child
+        forked before the signal is visible to the scan."""
         if not reaped and exiting is None:
             # The child itself first, by pid: a cancel or limit can land before it has called
             # setsid() or dropped its uid, when neither the group nor the uid sweep below would
@@ -560,7 +597,13 @@ class Server:
             children = {int(pid) for pid in read_proc(f"/proc/{me}/task/{me}/children").split()}
         except OSError:  # a kernel without CONFIG_PROC_CHILDREN: scan
             return False
-        return children <= {self.spare.pid if self.spare else -1, exiting}
+        return children <= {*self.spare_pids(), exiting, *self.exiting_pids()}
+
+    def spare_pids(self) -> set[int]:
+        return {spare.pid for spare in self.spares}
+
+    def exiting_pids(self) -> set[int]:
+        return {pid for pid, _ in self.exiting.values()}
 
     @staticmethod
     def holds_children(pid: int) -> bool:
@@ -576,7 +619,7 @@ class Server:
         still run other threads; a true one is ours to reap): of the slot's uid (uid mode), else
         any in the namespace but PID 1, us, the spare and `exiting`. Raw reads: text-mode open()
         and parsing every status file cost 0.2 ms a process."""
-        skip = {1, os.getpid(), exiting, self.spare.pid if self.spare else None}
+        skip = {1, os.getpid(), exiting, *self.spare_pids(), *self.exiting_pids()}
         found = []
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) in skip:
@@ -627,37 +670,51 @@ class Server:
             self.child(spare, (out_w, err_w, ctl_r, st_w))
         for fd in (out_w, err_w, ctl_r, st_w):
             os.close(fd)
-        if self.isolate:
-            self.map_run_uid(spare)
         return spare
 
-    def map_run_uid(self, spare: Spare) -> None:
-        """Map the slot's uid into the spare's new user namespace (as RUN_UID), and nothing else:
-        not root, not the uid of any other run. Where user namespaces are not allowed, this server
-        serves without them from now on (the greeting says so)."""
-        ready, _, _ = select.select([spare.status], [], [], SWEEP_TIMEOUT_S)
-        answer = os.read(spare.status, 1 + EXIT_CODE.size) if ready else b""
-        if answer == b"u":
-            uid = self.uids[spare.slot]
-            for name in ("uid_map", "gid_map"):
-                fd = os.open(f"/proc/{spare.pid}/{name}", os.O_WRONLY)
-                try:
-                    os.write(fd, f"{RUN_UID} {uid} 1\n".encode())
-                finally:
+    def make_user_namespaces(self) -> None:
+        """One user namespace per slot, made once: a helper child makes it, we map the slot's uid
+        into it as RUN_UID (and nothing else: not root, not another slot's uid) and keep it open
+        for the spares to enter. Where user namespaces are not allowed, runs go without namespaces
+        of their own (the greeting says so)."""
+        for uid in self.uids:
+            ready_r, ready_w = os.pipe()
+            done_r, done_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # answers, then waits for the pipe's end: until its namespace is opened
+                os.close(done_w)
+                made = unshare(CLONE_NEWUSER) == 0
+                os.write(ready_w, b"u" if made else b"!" + EXIT_CODE.pack(ctypes.get_errno()))
+                os.read(done_r, 1)
+                os._exit(0)
+            answer = os.read(ready_r, 1 + EXIT_CODE.size)
+            try:
+                if answer != b"u":
+                    code = EXIT_CODE.unpack(answer[1:])[0] if len(answer) == 1 + EXIT_CODE.size else errno.EIO
+                    raise OSError(code, os.strerror(code))
+                for name in ("uid_map", "gid_map"):
+                    fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+                    try:
+                        os.write(fd, f"{RUN_UID} {uid} 1\n".encode())
+                    finally:
+                        os.close(fd)
+                self.userns.append(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC))
+            except OSError as exc:
+                self.isolate = False
+                self.isolation = f"none: the runs' user namespaces could not be made ({exc.strerror})"
+            finally:
+                for fd in (ready_r, ready_w, done_r, done_w):
                     os.close(fd)
-            os.write(spare.control, b"g")
-            return
-        code = EXIT_CODE.unpack(answer[1:])[0] if len(answer) == 1 + EXIT_CODE.size else 0
-        self.isolate = False
-        self.isolation = f"none: the run's namespaces could not be made ({os.strerror(code) if code else 'no answer'})"
-        self.discard(spare)
-        raise OSError(code or errno.EIO, self.isolation)
+                os.waitpid(pid, 0)
+            if not self.isolate:
+                return
 
-    def refill(self) -> None:
-        """Fork the next run's child while the host reads this answer. A failure here is not
-        reported: `run` forks on demand and reports it with the request that needed the child."""
+    def refill(self, count: int = 1) -> None:
+        """Fork children for the next runs until `count` wait. A failure here is not reported: `run`
+        forks on demand and reports it with the request that needed the child."""
         with contextlib.suppress(OSError):
-            self.spare = self.fork_spare()
+            while len(self.spares) < count:
+                self.spares.append(self.fork_spare())
 
     def discard(self, spare: Spare) -> None:
         """Closing its control pipe makes a waiting spare exit; then reap it."""
@@ -670,13 +727,12 @@ class Server:
         if spare.ws != self.ws_root:  # a folder of ours, not the mount point of the spare's tmpfs
             remove_tree(spare.ws)
 
-    def discard_spare(self) -> None:
-        spare, self.spare = self.spare, None
-        if spare is not None:
-            self.discard(spare)
+    def discard_spares(self) -> None:
+        while self.spares:
+            self.discard(self.spares.popleft())
 
     def run(self, req: Json) -> tuple[Json, list[memoryview]]:
-        spare, self.spare = self.spare or self.fork_spare(), None
+        spare = self.spares.popleft() if self.spares else self.fork_spare()
         t0 = time.monotonic()
         try:
             self.dispatch(spare, req)
@@ -685,17 +741,18 @@ class Server:
             spare = self.fork_spare()
             t0 = time.monotonic()
             self.dispatch(spare, req)
-        if self.back_to_back and self.sweep_mode == "uid" and not self.once and self.job.wiped and self.out.wiped:
-            # The next request will likely come as soon as this one is answered: fork its child
-            # while this run's program runs, rather than after the answer, where the next request
-            # would wait for it. A caller that leaves gaps gets its spare forked after the answer
-            # instead, where the fork and the spare's set-up do not compete with its program for
-            # the CPU (0.4 ms of a trivial run on 2 cores). Only with a uid to drop to: until its
-            # request comes the spare keeps the sandbox's root uid, so neither this run's program
-            # (another uid) nor the uid sweep after it can touch it. Without a separate uid the
-            # program could reach into the waiting child, so the next one is forked after the sweep.
-            # And only where this run's job and output are wiped from what the child inherits.
-            self.refill()
+        if self.back_to_back and self.sweep_mode == "uid" and not self.once and self.job.private and self.out.private:
+            # The next requests will likely come as soon as this one is answered: fork their
+            # children while this run's program runs, one per other slot (a child takes ~1 ms to
+            # make its namespaces, drop its uid and install its filter: two runs ahead, a short
+            # program's next request does not wait for it), rather than after the answer. A caller
+            # that leaves gaps gets its child forked after the answer instead, where the fork and
+            # the child's set-up do not compete with its program for the CPU. Only with uids to
+            # take turns over: each waiting child has its own slot's uid, so neither this run's
+            # program nor the uid sweep after it can touch it. Without, the program could reach into
+            # a waiting child, so the next one is forked after the sweep. And only where this run's
+            # job and output stay out of what a child inherits.
+            self.refill(len(self.uids) - 1)
         try:
             return self.supervise(req, spare, t0)
         finally:
@@ -709,40 +766,60 @@ class Server:
         while self.finished:
             remove_tree(self.finished.pop())
 
-    def wait_exiting(self) -> None:
-        """Wait until the last run's child, killed as it exited (see `supervise`), is gone: no
-        process of one run is left when the next one starts."""
-        if self.exiting is None:
-            return
-        pidfd, self.exiting = self.exiting, None
-        select.select([pidfd], [], [])  # a pidfd turns readable when its process has exited
-        os.close(pidfd)
+    def wait_exiting(self, slot: int | None = None) -> None:
+        """Wait until the child of a slot's last run (every slot's, without one), killed as it
+        exited (see `supervise`), is gone. With uids to take turns over, the next run has
+        another uid and starts during that teardown; the slot's own next run never does."""
+        for pending in [slot] if slot is not None else list(self.exiting):
+            if pending not in self.exiting:
+                continue
+            _, pidfd = self.exiting.pop(pending)
+            select.select([pidfd], [], [])  # a pidfd turns readable when its process has exited
+            os.close(pidfd)
         self.reap()
 
     def slot_file(self, slot: int, name: str) -> str:
         return f"{self.cgroup}/run-{slot}/{name}"
 
-    def oom_kills(self, slot: int) -> int:
+    def watch_ooms(self) -> None:
+        """An eventfd per slot that the kernel signals when the slot's group runs out of memory
+        (cgroup v1 `memory.oom_control` notifications): one read after a run says whether it did."""
+        for slot in range(len(self.uids)):
+            try:
+                event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                control = os.open(self.slot_file(slot, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(self.slot_file(slot, "cgroup.event_control"), os.O_WRONLY)
+                try:
+                    os.write(fd, f"{event} {control}".encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                self.cgroup = None  # no per-run groups: the server's own group still caps all
+                return
+            self.oom_events.append(event)
+
+    def ran_out_of_memory(self, slot: int) -> bool:
+        """Whether the slot's group ran out of memory since this was last asked."""
         if not self.cgroup:
-            return 0
-        with contextlib.suppress(OSError, ValueError):
-            for line in read_proc(self.slot_file(slot, "memory.oom_control")).splitlines():
-                if line.startswith(b"oom_kill "):
-                    return int(line.split()[1])
-        return 0
+            return False
+        try:
+            return os.eventfd_read(self.oom_events[slot]) > 0
+        except BlockingIOError:
+            return False
 
     def dispatch(self, spare: Spare, req: Json) -> None:
-        self.wait_exiting()  # normally done already, after the last answer: this is the guarantee
-        if self.sweep_mode == "uid" and not self.isolate:
-            os.chown(spare.ws, self.uids[spare.slot], self.uids[spare.slot])
-        if self.cgroup:
+        self.wait_exiting(spare.slot if self.sweep_mode == "uid" else None)
+        limit = int(req["memory_mb"]) << 20
+        if self.cgroup and self.memory_limits.get(spare.slot) != limit:
             # What the run holds in all its processes, its tmpfs, memfds and shared memory.
             with contextlib.suppress(OSError):
                 fd = os.open(self.slot_file(spare.slot, "memory.limit_in_bytes"), os.O_WRONLY)
                 try:
-                    os.write(fd, str(int(req["memory_mb"]) << 20).encode())
+                    os.write(fd, str(limit).encode())
+                    self.memory_limits[spare.slot] = limit
                 finally:
                     os.close(fd)
+        self.ran_out_of_memory(spare.slot)  # an OOM of an earlier run, noticed late, is not this run's
         write_all(spare.control, self.job.view[: HEADER.size + self.job_size])
         os.close(spare.control)
 
@@ -752,7 +829,6 @@ class Server:
         deadline = t0 + float(req["timeout_s"])
         half = len(self.out.view) // 2
         outputs = {out_r: Output(self.out.view[:half], limit), err_r: Output(self.out.view[half:], limit)}
-        ooms = self.oom_kills(spare.slot)
         sel = selectors.DefaultSelector()
         pidfd = os.pidfd_open(pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -801,7 +877,7 @@ class Server:
             # the next run starts.
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            self.exiting, pidfd = pidfd, -1
+            self.exiting[spare.slot], pidfd = (pid, pidfd), -1
         # Also closes pipes held by leftover grandchildren.
         self.sweep(spare, reaped=wait_status is not None, exiting=pid if reported is not None else None)
         if wait_status is None and reported is None:
@@ -835,12 +911,12 @@ class Server:
             "stdout": len(streams[0].kept),
             "stderr": len(streams[1].kept),
             "cut": [stream.over for stream in streams],
-            "oom": self.oom_kills(spare.slot) > ooms,
+            "oom": self.ran_out_of_memory(spare.slot),
         }
         return answer, [stream.kept for stream in streams]
 
     def read_job(self, size: int) -> None:
-        """The job's bytes into the wiped buffer, framed as the child reads them; never decoded here.
+        """The job's bytes into the private buffer, framed as the child reads them; never decoded here.
         One too large is read and dropped, so the next frame is read from its start."""
         self.job_size = min(max(size, 0), MAX_PAYLOAD)
         self.job.view[: HEADER.size] = HEADER.pack(self.job_size)
@@ -865,15 +941,17 @@ class Server:
             # does not touch (and copy-on-write) the parent's pages. Measurably cheaper forks.
             gc.collect()
             gc.freeze()
+        if self.isolate:
+            self.make_user_namespaces()
+        if self.cgroup:
+            self.watch_ooms()
         self.refill()
-        if self.spare is None and not self.isolate:  # isolation refused: the fallback's spare
-            self.refill()
         write_frame(1, {"op": "ready", "pid": os.getpid(), "isolation": self.isolation})
         while True:
             try:
                 req = read_frame(0)
             except EOFError:
-                self.discard_spare()
+                self.discard_spares()
                 return
             self.back_to_back = time.monotonic() - self.answered_at < BACK_TO_BACK_S
             op = req.get("op")
@@ -893,11 +971,12 @@ class Server:
                 self.out.scrub(half, self.out_used[1])
                 self.out_used = (0, 0)
                 self.remove_finished()
-                self.wait_exiting()  # reaped now, not left a zombie until the next request
+                if self.sweep_mode != "uid":
+                    self.wait_exiting()  # gone before the next run, which has the same uid
+                self.reap()
                 if once or self.host_gone:
                     return
-                if self.spare is None:
-                    self.refill()
+                self.refill()
             elif op == "ping":
                 write_frame(1, {"op": "pong"})
             # a stray "cancel" that arrives after its run finished is ignored
@@ -918,6 +997,7 @@ def main(argv: list[str]) -> None:
         run_filter=bytes.fromhex(args.get("--run-filter", "")),
         workspace_mb=int(args.get("--workspace-mb", "256")),
         workspace_inodes=int(args.get("--workspace-inodes", "65536")),
+        masked=tuple(json.loads(args.get("--masked", "[]"))),
     )
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

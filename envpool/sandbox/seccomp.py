@@ -41,7 +41,8 @@ RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 RET_KILL_PROCESS = 0x80000000
 X32_SYSCALL_BIT = 0x40000000
-OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0 = 0, 4, 16
+OFFSET_NR, OFFSET_ARCH, OFFSET_ARG0, OFFSET_ARG1 = 0, 4, 16, 24
+CLONE_NEWUSER = 0x10000000
 
 DENY_EPERM = (
     "ptrace", "personality", "pivot_root", "chroot", "acct", "mount", "umount2", "swapon", "swapoff",
@@ -56,8 +57,9 @@ DENY_ENOSYS = ("io_uring_setup", "clone3")  # callers fall back when these are "
 CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 SERVER_UNSHARE = 0x10000000 | 0x00020000 | 0x08000000 | 0x04000000
 """CLONE_NEWUSER | NEWNS | NEWIPC | NEWUTS: the namespaces the fork-server's child makes for its run."""
-SERVER_ALLOWED = ("unshare", "mount")
-"""Denied to runs, allowed to the fork-server (`unshare` only with `SERVER_UNSHARE` flags)."""
+SERVER_ALLOWED = ("unshare", "mount", "setns")
+"""Denied to runs, allowed to the fork-server: `unshare` only with `SERVER_UNSHARE` flags, `setns`
+only into a user namespace (a slot's, forkserver.py)."""
 SOCKET_FAMILIES = (1, 2, 10, 16)
 """AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the socket families a run may create; any other (AF_VSOCK,
 AF_PACKET, AF_ALG, AF_BLUETOOTH...) fails with EAFNOSUPPORT."""
@@ -137,6 +139,10 @@ def build_program(abi: Abi, *, server: bool = False) -> list[Insn | str]:
         prog.append(Insn(JEQ_K, nr, jt="enosys"))
     if server:
         prog += [
+            Insn(JEQ_K, abi.numbers["setns"], jf="unshare"),
+            Insn(LD_W_ABS, OFFSET_ARG1),  # the namespace type
+            Insn(JEQ_K, CLONE_NEWUSER, jt="allow", jf="eperm"),
+            "unshare",
             Insn(JEQ_K, abi.numbers["unshare"], jf="clone"),
             Insn(LD_W_ABS, OFFSET_ARG0),  # unshare flags
             Insn(JSET_K, CLONE_NEW_MASK & ~SERVER_UNSHARE, jt="eperm", jf="allow"),
@@ -224,4 +230,6 @@ def docker_profile() -> dict[str, Any] | None:
         rules.append({"names": ["clone"], "args": masked, **eperm})
         if not SERVER_UNSHARE & bit:
             rules.append({"names": ["unshare"], "args": masked, **eperm})
+    other_type = [{"index": 1, "value": CLONE_NEWUSER, "op": "SCMP_CMP_NE"}]
+    rules.append({"names": ["setns"], "args": other_type, **eperm})
     return {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules}

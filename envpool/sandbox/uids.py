@@ -19,9 +19,9 @@ UID_COUNT = 4096
 LOCK_DIR = Path(os.environ.get("RLIDE_UID_LOCK_DIR", "/run/rlide-uids"))
 
 
-RUN_SLOTS = 2
+RUN_SLOTS = 3
 """Uids leased to one fork-server: its runs take turns over them, so no run shares a uid with the
-run before it (forkserver.py)."""
+runs just before and after it, whose children wait while it runs (forkserver.py)."""
 
 
 class NoFreeUid(RuntimeError):

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import cli_settings, echo_json, fail, open_store
+from mcp_server.cli.common import cli_settings, echo_json, fail, open_store, visible
 from mcp_server.settings import Settings
 
 app = typer.Typer(
@@ -113,9 +113,15 @@ def run(
         str | None, typer.Option(help="python | shell (POSIX sh) | bash | node (default: from the extension).")
     ] = None,
     timeout_s: Annotated[float, typer.Option(min=0.1, max=600, help="Wall-clock limit.")] = 10.0,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Print the program's output as it is, terminal control sequences too.")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run a program in the sandbox, as the run_code tool does. Exit status: the program's (124 on timeout)."""
+    """Run a program in the sandbox, as the run_code tool does. Exit status: the program's (124 on timeout).
+
+    Its output is printed with control characters made visible (as `cat -v` shows them), so that a
+    program cannot retitle, clear or rewrite your terminal; `--raw` prints it as it is."""
     from pydantic import ValidationError
 
     from envpool.sandbox import InvalidRequest, RunRequest, RunStatus, SandboxError, make_sandbox
@@ -149,10 +155,12 @@ def run(
     if as_json:
         echo_json(result.model_dump(mode="json"))
     else:
-        sys.stdout.write(result.stdout)
-        sys.stderr.write(result.stderr)
-        if result.status not in (RunStatus.OK, RunStatus.ERROR):
-            typer.echo(f"[{result.status.value}] {result.detail}", err=True)
+        shown = (lambda text: text) if raw else visible
+        sys.stdout.write(shown(result.stdout))
+        sys.stderr.write(shown(result.stderr))
+        if result.status not in (RunStatus.OK, RunStatus.ERROR) or result.truncated:
+            note = " (output truncated)" if result.truncated else ""
+            typer.echo(f"[rlide: {result.status.value}{note}] {result.detail}", err=True)
     if result.status is RunStatus.TIMEOUT:
         raise typer.Exit(code=124)
     raise typer.Exit(code=0 if result.ok else (result.exit_code if result.exit_code and result.exit_code > 0 else 1))

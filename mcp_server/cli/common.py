@@ -1,4 +1,4 @@
-"""Helpers every `rlide` command group shares: settings, errors, JSON output, the episode log."""
+"""Helpers every `rlide` command group shares: settings, errors, JSON and terminal output, the episode log."""
 
 from __future__ import annotations
 
@@ -22,6 +22,23 @@ def cli_settings() -> Settings:
 
 def echo_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def _caret(code: int) -> str:
+    return "^?" if code == 0x7F else "^" + chr(code + 0x40)
+
+
+# What `cat -v` shows for control characters (^[ for ESC, ^M for CR, M-^[ for the C1 controls that
+# some terminals take as ESC [), and bidirectional overrides as <U+202E>: a program's output must
+# not retitle, clear or rewrite the user's terminal, reach their clipboard (OSC 52), or hide text.
+_VISIBLE = {code: _caret(code) for code in [*range(0x20), 0x7F] if chr(code) not in "\n\t"}
+_VISIBLE.update({code: "M-" + _caret(code - 0x80) for code in range(0x80, 0xA0)})
+_VISIBLE.update({code: f"<U+{code:04X}>" for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+
+
+def visible(text: str) -> str:
+    """`text` safe to print on a terminal: control characters but newline and tab made visible."""
+    return text.translate(_VISIBLE)
 
 
 def fail(message: str) -> typer.Exit:

@@ -42,9 +42,24 @@ PF_EXITING = 0x4  # kernel task flag: the task is in do_exit() and runs no more 
 SIGKILL_BIT = 1 << (9 - 1)
 
 
+def _task_runs(path: str) -> bool:
+    """Whether a task (a thread) may still run user code: not dead, not exiting, no SIGKILL pending."""
+    try:
+        with open(f"{path}/status") as fh:
+            status = dict(line.split(":", 1) for line in fh if ":" in line)
+        with open(f"{path}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    pending = int(status.get("SigPnd", "0").strip(), 16) | int(status.get("ShdPnd", "0").strip(), 16)
+    return not (fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING or pending & SIGKILL_BIT)
+
+
 def live_sandbox_uid_pids() -> list[int]:
-    """Host pids running as any sandbox uid that are neither dead nor dying: must be empty between
-    runs. A run's child that the server killed as it exited may still be in the kernel's teardown
+    """Host pids running as any sandbox uid that are neither dead nor dying, nor a child waiting for
+    the next run (it has that run's uid already): must be empty between runs. Every thread counts:
+    a process whose main thread has exited shows as a zombie while its other threads run on. A
+    run's child that the server killed as it exited may still be in the kernel's teardown
     (SIGKILL pending, or exiting) for a millisecond after the answer: it runs no user code."""
     found = []
     for name in os.listdir("/proc"):
@@ -53,14 +68,13 @@ def live_sandbox_uid_pids() -> list[int]:
         try:
             with open(f"/proc/{name}/status") as fh:
                 status = dict(line.split(":", 1) for line in fh if ":" in line)
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            tasks = os.listdir(f"/proc/{name}/task")
+        except OSError:
             continue
         if not UID_BASE <= int(status["Uid"].split()[0]) < UID_BASE + UID_COUNT:
             continue
-        pending = int(status.get("SigPnd", "0").strip(), 16) | int(status.get("ShdPnd", "0").strip(), 16)
-        dying = fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING or pending & SIGKILL_BIT
-        if not dying:
+        if status["Name"].strip() == "rlide-spare":  # a child waiting for the next run: no run's process
+            continue
+        if any(_task_runs(f"/proc/{name}/task/{tid}") for tid in tasks):
             found.append(int(name))
     return found

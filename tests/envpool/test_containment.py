@@ -295,10 +295,33 @@ async def test_a_process_the_program_leaves_is_killed_when_it_ends(sandbox: Bwra
         assert result.status is RunStatus.OK and result.stdout == "main done\n"
 
 
+ALIVE = """
+import os
+def alive(pid):
+    # Runs user code still: not a zombie, not exiting, no SIGKILL pending, in any of its threads.
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/task/{tid}/status") if ":" in l)
+            flags = int(open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[6])
+        except OSError:
+            continue
+        pending = int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)
+        if status["State"].split()[0] not in "ZX" and not flags & 4 and not pending & (1 << 8):
+            return True
+    return False
+print(alive(TARGET), os.getpid() != TARGET)
+"""
+
+
 async def test_a_finished_runs_process_is_gone_before_the_next_run(sandbox: BwrapSandbox) -> None:
     # The server answers as soon as a Python run reports its exit code, while the kernel still
-    # tears the child down; it must be reaped before the next program starts. Threads that are
-    # still running when the program ends (daemon threads) die with it.
+    # tears the child down (the next run, of another uid, may start meanwhile): by then it is
+    # killed and runs no code. Threads still running when the program ends (daemon threads) die
+    # with it.
     code = """
         import os, threading, time
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
@@ -306,8 +329,8 @@ async def test_a_finished_runs_process_is_gone_before_the_next_run(sandbox: Bwra
     """
     first = await run(sandbox, code)
     pid = int(first.stdout)
-    second = await run(sandbox, f"import os; print(os.path.exists('/proc/{pid}'), os.getpid() != {pid})")
-    assert first.status is RunStatus.OK and second.stdout == "False True\n"
+    second = await run(sandbox, ALIVE.replace("TARGET", str(pid)))
+    assert first.status is RunStatus.OK and second.stdout == "False True\n", second.stderr
     failed = await run(sandbox, "import sys; sys.exit(3)")
     assert failed.status is RunStatus.ERROR and failed.exit_code == 3  # the reported code is the result's
 
@@ -383,9 +406,9 @@ async def test_async_cancellation_kills_the_run(sandbox: BwrapSandbox) -> None:
     assert result.stdout == "next\n"
 
 
-def _sandbox_pythons(sb: BwrapSandbox) -> dict[int, int]:
-    """pid -> parent pid of every Python process in the sandbox's process tree (the fork-server,
-    and the spare child it keeps forked for the next run)."""
+def _sandbox_pythons(sb: BwrapSandbox, name: str = "python") -> dict[int, int]:
+    """pid -> parent pid of every process called `name` in the sandbox's process tree: the
+    fork-server (python), or the children it keeps forked for the next runs (rlide-spare)."""
     from envpool.sandbox.cgroups import process_tree
 
     server = sb._live[0].server
@@ -393,7 +416,7 @@ def _sandbox_pythons(sb: BwrapSandbox) -> dict[int, int]:
     found = {}
     for pid in process_tree(server.proc.pid):
         try:
-            if "python" in Path(f"/proc/{pid}/comm").read_text():
+            if name in Path(f"/proc/{pid}/comm").read_text():
                 found[pid] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
@@ -435,16 +458,15 @@ async def test_a_spare_child_that_dies_while_waiting_is_replaced() -> None:
     try:
         sb.warm(1)
         await assert_still_serving(sb)
-        pythons = _sandbox_pythons(sb)
-        spares = [pid for pid, parent in pythons.items() if parent in pythons]
-        assert len(spares) == 1, pythons  # the child for the next run is already forked, and waits
+        spares = list(_sandbox_pythons(sb, "rlide-spare"))
+        assert len(spares) == 1, spares  # the child for the next run is already forked, and waits
         os.kill(spares[0], signal.SIGKILL)
         with anyio.fail_after(5):  # SIGKILL lands asynchronously: wait until it is a zombie
             while _state(spares[0]) not in ("Z", ""):
                 await anyio.sleep(0.01)
         await assert_still_serving(sb)  # its dead pipe is noticed; a fresh child runs the program
         await assert_still_serving(sb)
-        assert spares[0] not in _sandbox_pythons(sb)  # reaped, not left a zombie
+        assert spares[0] not in _sandbox_pythons(sb, "")  # reaped, not left a zombie
     finally:
         sb.close()
 

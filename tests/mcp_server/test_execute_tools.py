@@ -368,4 +368,4 @@ def test_rlide_run_cli(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert shell.returncode == 124 and "[timeout]" in shell.stderr
+    assert shell.returncode == 124 and "[rlide: timeout]" in shell.stderr
