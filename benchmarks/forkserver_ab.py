@@ -11,6 +11,10 @@ would otherwise land on the other variant's run.
 
 Per variant and gap: end-to-end p10/p50/p90 as the caller sees it, and the time inside the server
 from handing the run to its child until the child exited (`duration_ms`).
+
+The baseline's fork-server must speak the host's protocol: since 49234de (jobs and output as raw
+bytes after the frame) only later ones do. To compare across it, run the whole package at a ref:
+`python benchmarks/envpool.py --baseline REF`.
 """
 
 from __future__ import annotations

@@ -677,7 +677,7 @@ class Server:
         into it as RUN_UID (and nothing else: not root, not another slot's uid) and keep it open
         for the spares to enter. Where user namespaces are not allowed, runs go without namespaces
         of their own (the greeting says so)."""
-        for uid in self.uids:
+        for uid in self.uids[: 1 if self.once else None]:  # a fresh sandbox serves one run
             ready_r, ready_w = os.pipe()
             done_r, done_w = os.pipe()
             pid = os.fork()
