@@ -199,8 +199,7 @@ def remove_tree(path: str) -> None:
 class PrivateBuffer:
     """Anonymous memory a forked child does not get (`MADV_DONTFORK`): where the server keeps a
     job's bytes and a run's output, so no later run inherits them (nor counts them against its
-    address-space limit). `scrub` zeroes and frees what a run used. Where the kernel refuses the
-    flag, `private` is False and the server forks no child while a run's bytes are in here."""
+    address-space limit). `scrub` zeroes and frees what a run used."""
 
     def __init__(self, size: int) -> None:
         # Private, not mmap's default MAP_SHARED: a shared mapping would be shared with the children.
@@ -208,7 +207,7 @@ class PrivateBuffer:
         self.view = memoryview(self.map)
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.addr = ctypes.addressof(self._anchor)
-        self.private = madvise(ctypes.c_void_p(self.addr), ctypes.c_size_t(size), MADV_DONTFORK) == 0
+        check(madvise(ctypes.c_void_p(self.addr), ctypes.c_size_t(size), MADV_DONTFORK), "madvise")
 
     def scrub(self, offset: int, used: int) -> None:
         """Zero and free `used` bytes from `offset` (a multiple of the page size)."""
@@ -436,7 +435,9 @@ class Server:
             os.dup2(fds[2], 3)
             os.dup2(fds[3], STATUS_FD, inheritable=False)  # closed by an execve: sh and node just exit
             if self.cgroup:
-                fd = os.open(self.slot_file(spare.slot, "cgroup.procs"), os.O_WRONLY)
+                # `tasks`, not `cgroup.procs`: moving one thread (we have one) skips the lock that
+                # stops every fork and exit on the machine for an RCU grace period (up to ~10 ms).
+                fd = os.open(self.slot_file(spare.slot, "tasks"), os.O_WRONLY)
                 os.write(fd, b"0")
                 os.close(fd)
             if self.isolate:
@@ -741,7 +742,7 @@ class Server:
             spare = self.fork_spare()
             t0 = time.monotonic()
             self.dispatch(spare, req)
-        if self.back_to_back and self.sweep_mode == "uid" and not self.once and self.job.private and self.out.private:
+        if self.back_to_back and self.sweep_mode == "uid" and not self.once:
             # The next requests will likely come as soon as this one is answered: fork their
             # children while this run's program runs, one per other slot (a child takes ~1 ms to
             # make its namespaces, drop its uid and install its filter: two runs ahead, a short
@@ -750,8 +751,7 @@ class Server:
             # the child's set-up do not compete with its program for the CPU. Only with uids to
             # take turns over: each waiting child has its own slot's uid, so neither this run's
             # program nor the uid sweep after it can touch it. Without, the program could reach into
-            # a waiting child, so the next one is forked after the sweep. And only where this run's
-            # job and output stay out of what a child inherits.
+            # a waiting child, so the next one is forked after the sweep.
             self.refill(len(self.uids) - 1)
         try:
             return self.supervise(req, spare, t0)
