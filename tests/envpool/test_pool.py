@@ -153,7 +153,7 @@ def test_coding_env_serves_next_task_in_the_same_step() -> None:
         obs, info = env.reset()
         assert info["task_id"] == "HumanEval/1"
         _, reward, _, _, info = env.step(encode_bytes("    return 'nope'\n", ACTION_BYTES))
-        assert reward == 0.0 and info["status"] == "error"
+        assert reward == 0.0 and "assertion" in info["detail"]  # it ran (status ok): its values failed
     finally:
         env.close()
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envpool.tasks.humaneval import CodingTask
+from envpool.verifiers.values import CallsUnavailable, Verdict, judge
 from episodes.records import Episode, EpisodeDetail, RewardSource
 from episodes.store import EpisodeStore
 from training.scenarios.toy import digit_share
@@ -48,12 +50,16 @@ HELDOUT_EVERY = 5
 class RunOutcome:
     passed: bool
     output: str = ""
+    """The tail of stdout and stderr together, for people and logs."""
     timed_out: bool = False
+    stdout: str = ""
+    """All of stdout: what a verifier that judges values reads (`envpool.verifiers.values`)."""
 
 
 @runtime_checkable
 class ProgramRunner(Protocol):
-    """Runs a self-contained Python program; passed means exit status 0 within the time limit."""
+    """Runs a self-contained Python program; passed means exit status 0 within the time limit
+    (no verdict on its own: the program may hold a candidate's code)."""
 
     def run_python(self, program: str, *, timeout_s: float) -> RunOutcome: ...
 
@@ -115,7 +121,7 @@ class SubprocessRunner:
                 )
             except subprocess.TimeoutExpired:
                 return RunOutcome(False, "timed out", timed_out=True)
-        return RunOutcome(proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:])
+        return RunOutcome(proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:], stdout=proc.stdout)
 
 
 @dataclass(frozen=True)
@@ -160,11 +166,26 @@ def extract_patch(completion: str) -> str | None:
     return text if re.search(r"^--- .*\n\+\+\+ ", text, re.MULTILINE) else None
 
 
-def humaneval_program(problem: dict[str, Any], completion: str) -> str:
-    """The check program: prompt + completion body (or a full function) + tests + check(entry_point)."""
-    code = extract_code(completion)
-    body = code if f"def {problem['entry_point']}" in code else problem["prompt"] + code
-    return f"{body}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+def humaneval_verdict(problem: dict[str, Any], completion: str, runner: ProgramRunner, timeout_s: float) -> Verdict:
+    """Whether a completion solves a HumanEval problem, judged by its values outside its reach
+    (`envpool.verifiers.values`): the completion's code runs only to return them."""
+    task = CodingTask(
+        task_id=str(problem.get("task_id", problem["entry_point"])),
+        prompt=problem["prompt"],
+        entry_point=problem["entry_point"],
+        tests=problem["test"],
+        canonical_solution=problem["canonical_solution"],
+        timeout_s=timeout_s,
+    )
+
+    def run(program: str, limit_s: float) -> tuple[bool, str]:
+        outcome = runner.run_python(program, timeout_s=limit_s)
+        return outcome.passed, outcome.stdout
+
+    try:
+        return judge(task, extract_code(completion), run)
+    except CallsUnavailable as exc:
+        raise VerifierUnavailable(str(exc)) from exc
 
 
 def verify(
@@ -182,11 +203,7 @@ def verify(
     if kind == "humaneval":
         if runner is None:
             raise VerifierUnavailable(f"{scenario.id} runs code: pass a ProgramRunner (envpool's sandbox)")
-        return (
-            1.0
-            if runner.run_python(humaneval_program(scenario.verifier.data, completion), timeout_s=timeout_s).passed
-            else 0.0
-        )
+        return 1.0 if humaneval_verdict(scenario.verifier.data, completion, runner, timeout_s).passed else 0.0
     if kind == "command":
         files = scenario.verifier.data.get("files") or {}
         workspace_runner = _command_runner(scenario, workspace_runner)

@@ -1,9 +1,11 @@
 """`rlide eval --tasks humaneval --split heldout`: pass@1 of the current policy.
 
 Each problem gets one completion (greedy by default, so pass@1 is exact rather than estimated),
-which a `ProgramRunner` checks by running the problem's tests. Code written by a model is run
-only through the runner the caller passes: envpool's sandbox in production; `SubprocessRunner`
-(no isolation) only on a disposable machine or for trusted code.
+judged by the values it returns (`envpool.verifiers.values`: the completion's code runs only to
+return them; the problem's check runs on the trusted side). Code written by a model is run only
+through the runner the caller passes: envpool's sandbox in production; `SubprocessRunner` (no
+isolation) only on a disposable machine or for trusted code. A problem whose check cannot be
+recorded against its canonical solution counts as failed and is listed as `unverifiable`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from training.scenarios.base import ProgramRunner, Scenario, Split, builtin, humaneval_program
+from training.scenarios.base import ProgramRunner, Scenario, Split, VerifierUnavailable, builtin, humaneval_verdict
 
 
 class CompletionPolicy(Protocol):
@@ -26,6 +28,9 @@ class TaskResult:
     task_id: str
     passed: bool
     seconds: float
+    detail: str = ""
+    """Why it failed (the verifier's line), or that it could not be verified."""
+    unverifiable: bool = False
 
 
 @dataclass
@@ -52,6 +57,7 @@ class EvalReport:
             "passed": self.passed,
             "pass_at_1": self.pass_at_1,
             "failed": [r.task_id for r in self.results if not r.passed],
+            "unverifiable": [r.task_id for r in self.results if r.unverifiable],
         }
 
 
@@ -80,9 +86,13 @@ def evaluate(
     for i, scenario in enumerate(scenarios):
         started = time.perf_counter()
         completion = policy(list(scenario.messages), max_tokens=max_tokens, temperature=temperature, seed=seed + i)
-        outcome = runner.run_python(humaneval_program(scenario.verifier.data, completion), timeout_s=timeout_s)
-        report.results.append(TaskResult(scenario.id, outcome.passed, time.perf_counter() - started))
-        report.passed += int(outcome.passed)
+        try:
+            verdict = humaneval_verdict(scenario.verifier.data, completion, runner, timeout_s)
+            result = TaskResult(scenario.id, verdict.passed, time.perf_counter() - started, verdict.detail)
+        except VerifierUnavailable as exc:
+            result = TaskResult(scenario.id, False, time.perf_counter() - started, str(exc), unverifiable=True)
+        report.results.append(result)
+        report.passed += int(result.passed)
     return report
 
 

@@ -15,7 +15,9 @@ OUTPUT_TAIL = 4_000
 
 def _outcome(result: RunResult) -> RunOutcome:
     output = (result.stdout + result.stderr)[-OUTPUT_TAIL:]
-    return RunOutcome(passed=result.ok, output=output, timed_out=result.status is RunStatus.TIMEOUT)
+    return RunOutcome(
+        passed=result.ok, output=output, timed_out=result.status is RunStatus.TIMEOUT, stdout=result.stdout
+    )
 
 
 class SandboxRunner:

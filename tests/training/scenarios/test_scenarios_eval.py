@@ -9,6 +9,7 @@ import pytest
 
 from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
+from tests.envpool.tricks import HUMANEVAL_TRICKS
 from training.scenarios.base import (
     RunOutcome,
     SubprocessRunner,
@@ -78,7 +79,7 @@ def test_current_tiny_policy_eval_runs(tmp_path: Path) -> None:
     runner = Recording()
     report = eval_current_policy(BackendConfig(path=tmp_path / "art"), runner, limit=2, max_tokens=8)
     assert report.n == 2 and report.pass_at_1 == 0.0 and report.checkpoint_step == 0
-    assert all("def check" in p for p in runner.programs)
+    assert len(runner.programs) >= 2  # each problem went through the runner (a recording, its answer's values)
 
 
 def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStore) -> None:
@@ -169,5 +170,26 @@ def test_a_run_tests_episode_is_re_checked_in_the_sandbox_with_the_students_patc
         assert verify(scenario, good, workspace_runner=runner) == 1.0
         assert verify(scenario, wrong, workspace_runner=runner) == 0.0
         assert verify(scenario, "no idea", workspace_runner=runner) == 0.0
+    finally:
+        runner.close()
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
+def test_training_verify_and_eval_judge_values() -> None:
+    from training.scenarios.sandbox_runner import SandboxRunner
+
+    scenarios = humaneval_scenarios("heldout")[:3]
+    runner = SandboxRunner()
+    try:
+        for scenario in scenarios:
+            assert verify(scenario, scenario.verifier.data["canonical_solution"], runner=runner) == 1.0
+            for trick in ("exit-0", "equal-to-everything", "fake-results-line"):
+                assert verify(scenario, f"```python\n{HUMANEVAL_TRICKS[trick]}```", runner=runner) == 0.0
+
+        def cheating_policy(messages: object, **_: object) -> str:
+            return f"```python\n{HUMANEVAL_TRICKS['exit-0']}```"
+
+        report = evaluate(cheating_policy, runner, split="heldout", limit=3)
+        assert (report.n, report.passed) == (3, 0)
     finally:
         runner.close()

