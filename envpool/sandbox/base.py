@@ -11,10 +11,13 @@ import contextlib
 import os
 import posixpath
 import threading
+import uuid
 from enum import StrEnum
 from typing import Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from envpool.verifiers import reports
 
 Language = Literal["python", "shell", "bash", "node"]
 """shell is POSIX sh (/bin/sh), bash is /bin/bash."""
@@ -231,6 +234,15 @@ class TestRunRequest(BaseModel):
 
 PATCH_FILE = ".rlide/patch.diff"
 TESTS_FILE = ".rlide/given_tests.py"  # not tests.py: a workspace's own `tests` package must still import
+SCRIPT_TEST_FILE = ".rlide/test_given_script.py"
+SCRIPT_TEST = f"""import runpy
+
+
+def test_given_code():  # the script's asserts are the test
+    runpy.run_path({TESTS_FILE!r}, run_name="__main__")
+"""
+"""Test code without test functions is a script whose asserts are the tests: it runs as one pytest
+test, so that its result comes from pytest's report like any other."""
 PYTEST = "python3 -m pytest -q -p no:cacheprovider --import-mode=importlib"
 """pytest inside the sandbox (bwrap binds it read-only; a backend without it says `No module named pytest`)."""
 
@@ -253,32 +265,55 @@ def defines_tests(code: str) -> bool:
     return False
 
 
+TEST_OUTPUT_BYTES = 8 << 20
+"""A test run's output limit per stream: its report is printed last, and a cut stream loses it."""
+
+
 def prepare_test_run(test: TestRunRequest) -> RunRequest:
-    """Turn a TestRunRequest into one shell RunRequest that runs entirely inside the sandbox.
-    Async callers run it in a thread: it parses the test code (`defines_tests`), up to ~1 s for 1 MB."""
+    """Turn a TestRunRequest into one shell RunRequest that runs entirely inside the sandbox, with
+    rlide's pytest plugin loaded into any pytest it starts and its report printed at the end
+    (`envpool.verifiers.reports`: read it with `read_test_run`). Async callers run it in a
+    thread: it parses the test code (`defines_tests`), up to ~1 s for 1 MB."""
     if (test.test_command is None) == (test.tests is None):
         raise InvalidRequest("give exactly one of test_command or tests")
     files = dict(test.files)
+    files[reports.PLUGIN_FILE] = reports.PLUGIN_SOURCE
+    nonce = uuid.uuid4().hex
+    before, after = reports.shell_steps(nonce)
     steps: list[str] = ["set -e"]
     if test.patch is not None:
         files[PATCH_FILE] = test.patch
         # `patch` runs inside the sandbox, so a hostile diff is as contained as hostile code.
         steps.append(f"patch --batch --forward --silent -p{test.patch_strip} -i {PATCH_FILE}")
+    steps += before
+    # rlide's plugin (in .rlide), importable by any pytest the command starts; the sandbox's own
+    # path (pytest's site) kept.
+    steps.append(f'export PYTHONPATH="$PWD/{posixpath.dirname(reports.PLUGIN_FILE)}${{PYTHONPATH:+:$PYTHONPATH}}"')
     if test.tests is not None:
         files[TESTS_FILE] = test.tests
-        run = PYTEST if defines_tests(test.tests) else "python3"
-        # Import from the workspace root, and keep the sandbox's own path (pytest's site).
-        steps.append(f'PYTHONPATH="$PWD${{PYTHONPATH:+:$PYTHONPATH}}" exec {run} {TESTS_FILE}')
+        target = TESTS_FILE
+        if not defines_tests(test.tests):
+            files[SCRIPT_TEST_FILE] = SCRIPT_TEST
+            target = SCRIPT_TEST_FILE
+        steps.append(f'PYTHONPATH="$PWD:$PYTHONPATH" {PYTEST} {target}')  # imports from the workspace root
     else:
         assert test.test_command is not None
         steps.append(test.test_command)
+    steps += after
     return RunRequest(
         language="shell",
         code="\n".join(steps) + "\n",
         files=files,
+        env=reports.environment(nonce),
         timeout_s=test.timeout_s,
         memory_mb=test.memory_mb,
+        max_output_bytes=TEST_OUTPUT_BYTES,
     )
+
+
+def read_test_run(request: RunRequest, result: RunResult) -> reports.TestRunOutcome:
+    """What a run made by `prepare_test_run` says: whether its patch applied, and its test report."""
+    return reports.read_report(result.stdout, request.env["RLIDE_NONCE"])
 
 
 class CancelToken:

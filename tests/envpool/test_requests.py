@@ -10,12 +10,14 @@ from pydantic import ValidationError
 
 from envpool.sandbox import make_sandbox
 from envpool.sandbox.base import (
+    SCRIPT_TEST_FILE,
     InvalidRequest,
     RunRequest,
     RunStatus,
     TestRunRequest,
     defines_tests,
     prepare_test_run,
+    read_test_run,
     run_tests,
     validate_relative_path,
 )
@@ -72,23 +74,28 @@ TESTS = "import calc\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('passed'
 @requires_bwrap
 @pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 def test_run_tests_with_a_patch(sandbox: BwrapSandbox) -> None:
+    def outcome(test: TestRunRequest) -> tuple[RunStatus, bool, dict[str, str] | None]:
+        request = prepare_test_run(test)
+        result = sandbox.run(request)
+        read = read_test_run(request, result)
+        return result.status, read.applied, None if read.report is None else read.report.outcomes
+
+    script = ".rlide/test_given_script.py::test_given_code"
     unpatched = TestRunRequest(files={"calc.py": SOURCE}, tests=TESTS)
-    result = sandbox.run(prepare_test_run(unpatched))
-    assert result.status is RunStatus.ERROR and "AssertionError: -1" in result.stderr
+    assert outcome(unpatched) == (RunStatus.ERROR, True, {script: "failed"})
     patched = TestRunRequest(files={"calc.py": SOURCE}, patch=PATCH, tests=TESTS)
-    result = sandbox.run(prepare_test_run(patched))
-    assert result.status is RunStatus.OK, result.stderr
-    assert result.stdout == "passed\n"
+    assert outcome(patched) == (RunStatus.OK, True, {script: "passed"})
     command = TestRunRequest(files={"calc.py": SOURCE, "t.py": TESTS}, patch=PATCH, test_command="python3 t.py")
     assert run_tests(sandbox, command).status is RunStatus.OK
+    assert outcome(command) == (RunStatus.OK, True, None)  # no pytest ran: no report
     hostile = TestRunRequest(files={"calc.py": SOURCE}, patch=PATCH.replace("calc.py", "../../etc/passwd"), tests=TESTS)
-    result = run_tests(sandbox, hostile)
-    assert result.status is RunStatus.ERROR  # patch refuses paths outside the workspace
+    assert outcome(hostile) == (RunStatus.ERROR, False, None)  # patch refuses paths outside the workspace
 
 
 @requires_bwrap
-def test_given_test_functions_run_under_pytest_and_scripts_run_as_they_are(sandbox: BwrapSandbox) -> None:
-    """A workspace's own `tests` package still imports: the given code is not itself `tests`."""
+def test_given_test_functions_run_under_pytest_and_scripts_as_one_test(sandbox: BwrapSandbox) -> None:
+    """A workspace's own `tests` package still imports: the given code is not itself `tests`. A script
+    (no test functions) runs as one pytest test, its asserts failing it: pytest's report says so."""
     files = {"calc.py": SOURCE, "tests/__init__.py": "", "tests/expect.py": "FIVE = 5\n"}
     cases = [
         ("from calc import add\nfrom tests.expect import FIVE\n\ndef test_add():\n"
@@ -101,8 +108,11 @@ def test_given_test_functions_run_under_pytest_and_scripts_run_as_they_are(sandb
         result = sandbox.run(prepare_test_run(TestRunRequest(files=files, tests=tests)))
         assert summary in result.stdout, (tests, result.stdout, result.stderr)
         assert (result.status is RunStatus.OK) == (summary == "1 passed")
-    script = sandbox.run(prepare_test_run(TestRunRequest(files=files, tests=TESTS)))
-    assert script.status is RunStatus.ERROR and "AssertionError: -1" in script.stderr
+    request = prepare_test_run(TestRunRequest(files=files, tests=TESTS))
+    script = sandbox.run(request)
+    assert script.status is RunStatus.ERROR and "AssertionError: -1" in script.stdout
+    report = read_test_run(request, script).report
+    assert report is not None and report.outcomes == {".rlide/test_given_script.py::test_given_code": "failed"}
 
 
 @pytest.mark.parametrize(
@@ -118,10 +128,11 @@ def test_given_test_functions_run_under_pytest_and_scripts_run_as_they_are(sandb
         ("def test_x(:\n", False),  # a syntax error: python3 reports it
     ],
 )
-def test_which_test_code_runs_under_pytest(code: str, collected: bool) -> None:
+def test_which_test_code_pytest_collects_itself(code: str, collected: bool) -> None:
+    """Code that defines tests runs as pytest's file; any other runs inside one wrapping test."""
     assert defines_tests(code) is collected
     run = prepare_test_run(TestRunRequest(tests=code)).code
-    assert ("-m pytest" in run) is collected
+    assert "-m pytest" in run and (SCRIPT_TEST_FILE not in run) is collected
 
 
 def test_test_run_needs_exactly_one_of_command_or_tests() -> None:

@@ -1,0 +1,120 @@
+"""Test runs read through pytest's own report: each trick that used to pass a run gets no report, or
+a report in which nothing it touched passes (envpool/verifiers/reports.py, trusted.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from envpool.sandbox.base import Sandbox, TestRunRequest, prepare_test_run, read_test_run
+from envpool.verifiers import fail_to_pass
+from envpool.verifiers.reports import TestReport
+from envpool.verifiers.trusted import is_trusted, patched_paths, trusted_in_patch, with_trusted
+
+CALC = "def add(a, b):\n    return a - b\n"
+TESTS = (
+    "from calc import add\n\n"
+    "def test_add():\n    assert add(2, 2) == 4\n\n"
+    "def test_zero():\n    assert add(0, 0) == 0\n"
+)
+ADD, ZERO = "test_calc.py::test_add", "test_calc.py::test_zero"
+PYTEST = "python -m pytest -q"
+
+TRICKS: dict[str, tuple[str, dict[str, str]]] = {
+    # name: (command, files written over the project)
+    "exit status only": ("true", {}),
+    "a printed summary": ("echo '1000 passed in 0.1s'", {}),
+    "exit before the session ends": (PYTEST, {"calc.py": "import os\nos._exit(0)\n"}),
+    "collect only": (f"{PYTEST} --collect-only", {}),
+    "collect only from pytest.ini": (PYTEST, {"pytest.ini": "[pytest]\naddopts = --collect-only\n"}),
+    "skip everything": (
+        PYTEST,
+        {"conftest.py": "import pytest\ndef pytest_collection_modifyitems(items):\n"
+         "    for item in items:\n        item.add_marker(pytest.mark.skip)\n"},
+    ),
+    "xfail everything": (
+        PYTEST,
+        {"conftest.py": "import pytest\ndef pytest_collection_modifyitems(items):\n"
+         "    for item in items:\n        item.add_marker(pytest.mark.xfail)\n"},
+    ),
+    "replace pytest's report": (
+        PYTEST,
+        {"calc.py": "import _pytest.runner as runner\n_real = runner.call_and_report\n"
+         "def fake(item, when, log=True, **kw):\n    report = _real(item, when, log=False, **kw)\n"
+         "    report.outcome = 'passed'\n    if log:\n        item.ihook.pytest_runtest_logreport(report=report)\n"
+         "    return report\nrunner.call_and_report = fake\ndef add(a, b):\n    return a - b\n"},
+    ),
+    "exit 0 from a test module": (PYTEST, {"calc.py": "import sys\nsys.exit(0)\n"}),
+    "select only what passes": (f"{PYTEST} -k zero", {}),
+}  # fmt: skip
+
+
+def judged(sandbox: Sandbox, command: str, files: dict[str, str]) -> float | None:
+    """The fail-to-pass reward of a run of `command` on the project with `files` over it (None: no report)."""
+    test = TestRunRequest(files={"calc.py": CALC, "test_calc.py": TESTS, **files}, test_command=command)
+    request = prepare_test_run(test)
+    outcome = read_test_run(request, sandbox.run(request))
+    if outcome.report is None:
+        return None
+    return fail_to_pass.judge(outcome.report, [ADD], [ZERO]).reward
+
+
+def test_the_start_state_and_the_fix_are_judged_by_pytests_report(sandbox: Sandbox) -> None:
+    assert judged(sandbox, PYTEST, {}) == -1.0
+    assert judged(sandbox, PYTEST, {"calc.py": "def add(a, b):\n    return a + b\n"}) == 1.0
+    assert judged(sandbox, PYTEST, {"calc.py": "def add(a, b):\n    return 4\n"}) == -1.0  # breaks test_zero
+
+
+@pytest.mark.parametrize("trick", sorted(TRICKS))
+def test_no_trick_earns_more_than_the_untouched_project(sandbox: Sandbox, trick: str) -> None:
+    command, files = TRICKS[trick]
+    reward = judged(sandbox, command, files)
+    assert reward is None or reward <= -1.0, (trick, reward)
+
+
+def test_a_patch_that_does_not_apply_is_said_so_not_failed(sandbox: Sandbox) -> None:
+    test = TestRunRequest(files={"calc.py": CALC}, patch="--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n",
+                          test_command=PYTEST)  # fmt: skip
+    request = prepare_test_run(test)
+    outcome = read_test_run(request, sandbox.run(request))
+    assert (outcome.applied, outcome.report, outcome.reason) == (False, None, "the patch did not apply")
+
+
+def test_a_report_from_another_run_is_not_read(sandbox: Sandbox) -> None:
+    """The report is read behind this run's nonce: one printed by the program with another is ignored."""
+    first = prepare_test_run(TestRunRequest(files={"calc.py": CALC, "test_calc.py": TESTS}, test_command=PYTEST))
+    printed = sandbox.run(first).stdout.splitlines()[-1]  # the report line, with the first run's nonce
+    second = prepare_test_run(TestRunRequest(files={"calc.py": CALC}, test_command=f"echo '{printed}'"))
+    assert read_test_run(second, sandbox.run(second)).report is None
+
+
+def test_fail_to_pass_sets_come_from_a_failing_start() -> None:
+    report = TestReport({ADD: "failed", ZERO: "passed", "t::skipped": "skipped", "t::err": "error"}, 1)
+    assert fail_to_pass.start(report) == ({ADD, "t::err"}, {ZERO})
+    assert fail_to_pass.start(TestReport({ZERO: "passed"}, 0)) is None
+    missing = fail_to_pass.judge(TestReport({ADD: "passed"}, 0), [ADD], [ZERO])
+    assert missing.reward == -1.0 and ZERO in missing.line  # a deselected test that passed does not pass
+    half = fail_to_pass.judge(
+        TestReport({ADD: "passed", "t::err": "failed", ZERO: "passed"}, 1), [ADD, "t::err"], [ZERO]
+    )
+    assert half.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("path", "trusted"),
+    [
+        ("test_calc.py", True), ("pkg/calc_test.py", True), ("tests/helpers.py", True), ("tests/data/x.json", True),
+        ("conftest.py", True), ("src/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
+        ("setup.cfg", True), ("pyproject.toml", True), ("sitecustomize.py", True), ("x/usercustomize.py", True),
+        (".local/lib/python3.11/site-packages/evil.pth", True),
+        ("calc.py", False), ("src/pkg/core.py", False), ("README.md", False), ("latest.py", False),
+    ],
+)  # fmt: skip
+def test_which_files_are_trusted(path: str, trusted: bool) -> None:
+    assert is_trusted(path) is trusted
+
+
+def test_patches_to_trusted_files_are_found_and_trusted_files_restored() -> None:
+    patch = "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x\n"
+    assert patched_paths(patch) == {"calc.py", "conftest.py"} and trusted_in_patch(patch) == ["conftest.py"]
+    files = {"calc.py": "new", "test_calc.py": "edited", "conftest.py": "added"}
+    assert with_trusted(files, {"test_calc.py": "original"}) == {"calc.py": "new", "test_calc.py": "original"}
