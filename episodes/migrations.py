@@ -175,6 +175,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE steps ADD COLUMN blob_refs TEXT",
         ),
     ),
+    # Rewards that can be trusted: a tests reward is `verified` when the episode's own verifier
+    # judged it (fail-to-pass, from a structured test report); every tests reward written before
+    # (a pass share read from printed output) stays unverified and no longer counts. An episode's
+    # verifier: the command of its first failing run_tests (or the one named at start_episode),
+    # the tests that failed then (FAIL_TO_PASS) and passed (PASS_TO_PASS), as JSON lists, and the
+    # test and configuration files of that run (JSON: path -> text), which its later runs get back.
+    Migration(
+        "0008_verified_rewards",
+        (
+            "ALTER TABLE rewards ADD COLUMN verified INTEGER NOT NULL DEFAULT 0",
+            """CREATE TABLE verifiers (
+                episode_id TEXT PRIMARY KEY REFERENCES episodes(id) ON DELETE CASCADE,
+                command TEXT NOT NULL,
+                fail_to_pass TEXT,
+                pass_to_pass TEXT,
+                trusted_files TEXT,
+                created_at DOUBLE PRECISION NOT NULL
+            )""",
+        ),
+    ),
 )
 
 

@@ -65,7 +65,14 @@ class Episode(BaseModel):
     ended_at: datetime | None = None
     step_count: int = Field(0, description="Tool calls recorded (through the MCP server).")
     turn_count: int = Field(0, description="Completions recorded through the policy endpoint (policy episodes).")
-    reward_total: float | None = Field(None, description="Sum of the episode's rewards, None if it has none.")
+    reward_components: dict[RewardSource, float] = Field(
+        default_factory=dict,
+        description="The latest value of each reward component it has: tests (verified), outcome, feedback, judge.",
+    )
+    reward_total: float | None = Field(
+        None,
+        description="Reward in [-1, 1]: the weighted mean of its components (episodes.rewards); None without any.",
+    )
 
 
 class Step(BaseModel):
@@ -86,6 +93,19 @@ class Reward(BaseModel):
     value: float = Field(ge=-1.0, le=1.0)
     comment: str | None = None
     created_at: datetime
+    verified: bool = Field(False, description="A tests reward the episode's own verifier judged (fail-to-pass).")
+
+
+class EpisodeVerifier(BaseModel):
+    """What an episode's tests reward is judged by: a test command, and the tests that failed on
+    its first failing run (FAIL_TO_PASS) and passed then (PASS_TO_PASS); None until that run."""
+
+    command: str
+    fail_to_pass: list[str] | None = None
+    pass_to_pass: list[str] | None = None
+    trusted_files: dict[str, str] = Field(
+        default_factory=dict, description="Test and configuration files of that run: its later runs get them back."
+    )
 
 
 class EpisodeDetail(BaseModel):

@@ -10,8 +10,9 @@ from typing import Any
 import orjson
 
 from episodes.db import Row
-from episodes.records import Episode, EpisodeSource, EpisodeStatus, from_epoch
+from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource, from_epoch
 from episodes.redaction import redact_text
+from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, RewardWeights, combine
 
 MAX_TEXT_CHARS = 4_000
 """Longest result summary, error or comment kept per row; the log is a record, not a file store."""
@@ -55,19 +56,29 @@ def json_text(value: Any) -> str:
     return text.decode()
 
 
+def _latest(source: RewardSource) -> str:
+    verified = " AND r.verified = 1" if source is RewardSource.tests else ""
+    return (
+        f"(SELECT r.value FROM rewards r WHERE r.episode_id = e.id AND r.source = '{source.value}'{verified}"
+        " ORDER BY r.id DESC LIMIT 1)"
+    )
+
+
 EPISODE_COLUMNS = (
     "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
-    " (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id),"
-    " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id)"
+    " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), "
+    + ", ".join(_latest(source) for source in COMPONENTS)
 )
-"""The SELECT list that `episode_from_row` reads, for a query over `episodes e`."""
+"""The SELECT list that `episode_from_row` reads, for a query over `episodes e`: the episode, its
+counts, and the latest value of each reward component (`episodes.rewards`)."""
 
 
-def episode_from_row(row: Row) -> Episode:
+def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Episode:
     created = from_epoch(row[8])
     updated = from_epoch(row[9])
     assert created is not None and updated is not None
+    components = {source: float(value) for source, value in zip(COMPONENTS, row[13:], strict=True) if value is not None}
     return Episode(
         id=row[0],
         task=row[1],
@@ -81,6 +92,7 @@ def episode_from_row(row: Row) -> Episode:
         updated_at=updated,
         ended_at=from_epoch(row[10]),
         step_count=int(row[11]),
-        reward_total=None if row[12] is None else float(row[12]),
-        turn_count=int(row[13]),
+        turn_count=int(row[12]),
+        reward_components=components,
+        reward_total=combine(components, weights),
     )

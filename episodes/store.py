@@ -22,6 +22,7 @@ from episodes.records import (
     EpisodeDetail,
     EpisodeSource,
     EpisodeStatus,
+    EpisodeVerifier,
     Reward,
     RewardSource,
     Step,
@@ -29,6 +30,7 @@ from episodes.records import (
     from_epoch,
 )
 from episodes.redaction import redact
+from episodes.rewards import DEFAULT_WEIGHTS, RewardWeights
 from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
 from episodes.training_runs import TrainingRuns
 
@@ -68,15 +70,16 @@ def new_episode_id() -> str:
 
 
 class EpisodeStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, weights: RewardWeights = DEFAULT_WEIGHTS) -> None:
         self.db = db
+        self.weights = weights  # how an episode's reward components combine (episodes.rewards)
         migrate(db)
         self.turns = PolicyTurns(db)
-        self.runs = TrainingRuns(db)
+        self.runs = TrainingRuns(db, weights)
 
     @classmethod
-    def open(cls, url: str) -> EpisodeStore:
-        return cls(connect(url))
+    def open(cls, url: str, weights: RewardWeights = DEFAULT_WEIGHTS) -> EpisodeStore:
+        return cls(connect(url), weights)
 
     @property
     def url(self) -> str:
@@ -122,7 +125,7 @@ class EpisodeStore:
             row = cur.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE e.id = ?", (episode_id,)).fetchone()
         if row is None:
             raise EpisodeNotFound(episode_id)
-        return episode_from_row(row)
+        return episode_from_row(row, self.weights)
 
     def end_episode(self, episode_id: str, status: EpisodeStatus, summary: str | None = None) -> Episode:
         if not status.is_terminal:
@@ -166,7 +169,7 @@ class EpisodeStore:
                 f"SELECT {EPISODE_COLUMNS} FROM episodes e {clause} ORDER BY e.created_at DESC, e.id LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
-        return [episode_from_row(row) for row in rows]
+        return [episode_from_row(row, self.weights) for row in rows]
 
     def expire_idle(self, idle_seconds: float) -> int:
         """Mark open episodes untouched for `idle_seconds` as timed out; return how many."""
@@ -226,7 +229,17 @@ class EpisodeStore:
             raise EpisodeNotFound(episode_id)
         return int(row[0])
 
-    def add_reward(self, episode_id: str, source: RewardSource, value: float, comment: str | None = None) -> Reward:
+    def add_reward(
+        self,
+        episode_id: str,
+        source: RewardSource,
+        value: float,
+        comment: str | None = None,
+        *,
+        verified: bool = False,
+    ) -> Reward:
+        """Record a reward component; `verified` for a tests reward judged by the episode's own
+        verifier (only those count towards its reward: `episodes.rewards`)."""
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"a reward is in [-1, 1], got {value}")
         check_episode_id(episode_id)
@@ -234,9 +247,9 @@ class EpisodeStore:
         clipped = clip_text(comment)
         with self.db.transaction(write=True) as cur:
             row = cur.execute(
-                "INSERT INTO rewards (episode_id, source, value, comment, created_at)"
-                " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?) RETURNING id",
-                (episode_id, source.value, float(value), clipped, now, episode_id),
+                "INSERT INTO rewards (episode_id, source, value, comment, created_at, verified)"
+                " SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?) RETURNING id",
+                (episode_id, source.value, float(value), clipped, now, int(verified), episode_id),
             ).fetchone()
             if row is not None:
                 cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
@@ -251,7 +264,68 @@ class EpisodeStore:
             value=value,
             comment=clipped,
             created_at=created,
+            verified=verified,
         )
+
+    # -- verifiers ------------------------------------------------------------------------------
+
+    def verifier(self, episode_id: str) -> EpisodeVerifier | None:
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(
+                "SELECT command, fail_to_pass, pass_to_pass, trusted_files FROM verifiers WHERE episode_id = ?",
+                (episode_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return EpisodeVerifier(
+            command=row[0],
+            fail_to_pass=None if row[1] is None else json.loads(row[1]),
+            pass_to_pass=None if row[2] is None else json.loads(row[2]),
+            trusted_files=json.loads(row[3] or "{}"),
+        )
+
+    def name_verifier(self, episode_id: str, command: str) -> EpisodeVerifier:
+        """The episode's verifier command, unless it has one already (the one it has is returned)."""
+        check_episode_id(episode_id)
+        with self.db.transaction(write=True) as cur:
+            if cur.execute("SELECT 1 FROM episodes WHERE id = ?", (episode_id,)).fetchone() is None:
+                raise EpisodeNotFound(episode_id)
+            if cur.execute("SELECT 1 FROM verifiers WHERE episode_id = ?", (episode_id,)).fetchone() is None:
+                cur.execute(
+                    "INSERT INTO verifiers (episode_id, command, created_at) VALUES (?, ?, ?)",
+                    (episode_id, command, time.time()),
+                )
+        found = self.verifier(episode_id)
+        assert found is not None
+        return found
+
+    def establish_verifier(
+        self,
+        episode_id: str,
+        command: str,
+        fail_to_pass: set[str],
+        pass_to_pass: set[str],
+        trusted_files: dict[str, str],
+    ) -> EpisodeVerifier:
+        """Fix the episode's FAIL_TO_PASS and PASS_TO_PASS tests and its trusted files, once: on a
+        verifier named without them, or as a new verifier; one already established is returned
+        unchanged (secrets in the files redacted, as everything the log keeps)."""
+        self.name_verifier(episode_id, command)
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE verifiers SET fail_to_pass = ?, pass_to_pass = ?, trusted_files = ?"
+                " WHERE episode_id = ? AND command = ? AND fail_to_pass IS NULL",
+                (
+                    json.dumps(sorted(fail_to_pass)),
+                    json.dumps(sorted(pass_to_pass)),
+                    json_text(redact(trusted_files)),
+                    episode_id,
+                    command,
+                ),
+            )
+        found = self.verifier(episode_id)
+        assert found is not None
+        return found
 
     def detail(self, episode_id: str) -> EpisodeDetail:
         episode = self.get_episode(episode_id)
@@ -264,7 +338,7 @@ class EpisodeStore:
             refs = {r[0]: json.loads(r[7]) for r in step_rows if r[7] is not None}
             blobs = _read_blobs(cur, {digest for step_refs in refs.values() for _, digest in step_refs})
             reward_rows = cur.execute(
-                "SELECT id, source, value, comment, created_at FROM rewards WHERE episode_id = ? ORDER BY id",
+                "SELECT id, source, value, comment, created_at, verified FROM rewards WHERE episode_id = ? ORDER BY id",
                 (episode_id,),
             ).fetchall()
         steps = [
@@ -288,6 +362,7 @@ class EpisodeStore:
                 value=r[2],
                 comment=r[3],
                 created_at=at_epoch(r[4]),
+                verified=bool(r[5]),
             )
             for r in reward_rows
         ]
@@ -321,7 +396,7 @@ class EpisodeStore:
                     " LIMIT ? OFFSET ?",
                     (*params, batch, offset),
                 ).fetchall()
-            out.extend(episode_from_row(r) for r in rows)
+            out.extend(episode_from_row(r, self.weights) for r in rows)
             if len(rows) < batch:
                 return out
             offset += batch

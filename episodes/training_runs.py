@@ -13,6 +13,7 @@ from typing import Any
 
 from episodes.db import Database, Row, StoreError
 from episodes.records import Episode, at_epoch
+from episodes.rewards import DEFAULT_WEIGHTS, RewardWeights
 from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row
 from episodes.run_records import (
     GroupOutcome,
@@ -27,8 +28,9 @@ from episodes.run_records import (
 class TrainingRuns:
     """The training tables, over a database `EpisodeStore` has migrated."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, weights: RewardWeights = DEFAULT_WEIGHTS) -> None:
         self.db = db
+        self.weights = weights
 
     def ensure_run(
         self, name: str, *, backend: str, base_model: str, config: dict[str, Any] | None = None
@@ -138,17 +140,21 @@ class TrainingRuns:
 
     def sft_candidates(self, name: str, *, min_reward: float, limit: int) -> list[Episode]:
         """Up to `limit` external episodes ready for an SFT step of run `name`, oldest ended first."""
-        with self.db.transaction(write=False) as cur:
-            rows = cur.execute(
-                f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE {_SFT_READY} ORDER BY e.ended_at, e.id LIMIT ?",
-                (min_reward, name, limit),
-            ).fetchall()
-        return [episode_from_row(r) for r in rows]
+        return self._sft_ready(name, min_reward)[:limit]
 
     def sft_pending(self, name: str, *, min_reward: float) -> int:
+        return len(self._sft_ready(name, min_reward))
+
+    def _sft_ready(self, name: str, min_reward: float) -> list[Episode]:
+        """Successful, explicit episodes of the IDE's own model, not yet used by the run, whose reward
+        (its components combined: `episodes.rewards`) reaches `min_reward`. Failed and aborted ones
+        never: imitating them teaches what not to do."""
         with self.db.transaction(write=False) as cur:
-            row = cur.execute(f"SELECT COUNT(*) FROM episodes e WHERE {_SFT_READY}", (min_reward, name)).fetchone()
-        return int(row[0]) if row else 0
+            rows = cur.execute(
+                f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE {_SFT_READY} ORDER BY e.ended_at, e.id", (name,)
+            ).fetchall()
+        episodes = [episode_from_row(r, self.weights) for r in rows]
+        return [e for e in episodes if e.reward_total is not None and e.reward_total >= min_reward]
 
     def commit_sft_step(
         self,
@@ -248,12 +254,11 @@ class TrainingRuns:
 
 
 _SFT_READY = (
-    "e.source = 'external' AND e.status <> 'open' AND e.implicit = 0"
-    " AND (SELECT SUM(r.value) FROM rewards r WHERE r.episode_id = e.id) >= ?"
+    "e.source = 'external' AND e.status = 'success' AND e.implicit = 0"
     " AND NOT EXISTS (SELECT 1 FROM training_sft_episodes t WHERE t.run = ? AND t.episode_id = e.id)"
 )
-"""Ended, explicit episodes of the IDE's own model whose reward total reaches the minimum and that
-the run has not used yet (in either outcome)."""
+"""Successful, explicit episodes of the IDE's own model that the run has not used yet (in either
+outcome); their reward is filtered after (it is computed from its components)."""
 
 
 _RUN_COLUMNS = (

@@ -43,11 +43,12 @@ def test_episode_lifecycle(store: EpisodeStore) -> None:
     store.add_step(
         ep.id, tool="run_tests", arguments={"cmd": "pytest"}, result_summary="3 passed", error=None, duration_ms=12.5
     )
-    store.add_reward(ep.id, RewardSource.tests, 1.0, "3 passed")
+    store.add_reward(ep.id, RewardSource.tests, 1.0, "3 passed", verified=True)
     store.add_reward(ep.id, RewardSource.feedback, -0.5)
     ended = store.end_episode(ep.id, EpisodeStatus.success, "done")
     assert ended.status is EpisodeStatus.success and ended.ended_at is not None and ended.summary == "done"
-    assert ended.step_count == 1 and ended.reward_total == pytest.approx(0.5)
+    # The weighted mean of its components (tests 0.5, feedback 0.2: episodes.rewards), not their sum.
+    assert ended.step_count == 1 and ended.reward_total == pytest.approx((0.5 - 0.1) / 0.7)
     with pytest.raises(EpisodeClosed, match="already ended with status success"):
         store.end_episode(ep.id, EpisodeStatus.failure)
     assert store.get_episode(ep.id).status is EpisodeStatus.success  # the refused end changed nothing

@@ -188,7 +188,7 @@ def _ended(store: EpisodeStore, task: str, reward: float | None, **kw: object) -
     ep = store.start_episode(task, **kw)  # type: ignore[arg-type]
     store.end_episode(ep.id, EpisodeStatus.success)
     if reward is not None:
-        store.add_reward(ep.id, RewardSource.tests, reward)
+        store.add_reward(ep.id, RewardSource.tests, reward, verified=True)
     return ep.id
 
 
@@ -198,23 +198,23 @@ def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> 
     store.runs.ensure_run("other", backend="cpu", base_model="tiny-qwen2")
     first = _ended(store, "a", 1.0)
     second = _ended(store, "b", 0.25)
-    store.add_reward(second, RewardSource.feedback, 0.5)  # reward total 0.75
+    store.add_reward(second, RewardSource.feedback, 1.0)  # reward (0.5 * 0.25 + 0.2 * 1) / 0.7 = 0.46...
     _ended(store, "low", 0.25)
     _ended(store, "no reward", None)
     _ended(store, "the student's", 1.0, source=EpisodeSource.policy)
     _ended(store, "implicit", 1.0, implicit=True)
     still_open = store.start_episode("open")
-    store.add_reward(still_open.id, RewardSource.tests, 1.0)
+    store.add_reward(still_open.id, RewardSource.tests, 1.0, verified=True)
     third = _ended(store, "c", 1.0)
 
-    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=10)] == [first, second, third]
-    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=2)] == [first, second]
-    assert store.runs.sft_pending("r", min_reward=0.5) == 3 and store.runs.sft_pending("r", min_reward=0.8) == 2
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.4, limit=10)] == [first, second, third]
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.4, limit=2)] == [first, second]
+    assert store.runs.sft_pending("r", min_reward=0.4) == 3 and store.runs.sft_pending("r", min_reward=0.5) == 2
 
     run = store.runs.commit_sft_step("r", step=1, trained=[first], unusable=[second], metrics={"losses/sft_loss": 2.0})
     assert run.step == 1
-    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.5, limit=10)] == [third]
-    assert len(store.runs.sft_candidates("other", min_reward=0.5, limit=10)) == 3  # cursors are per run
+    assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.4, limit=10)] == [third]
+    assert len(store.runs.sft_candidates("other", min_reward=0.4, limit=10)) == 3  # cursors are per run
     with pytest.raises(StoreError):  # an episode is used once per run
         store.runs.commit_sft_step("r", step=2, trained=[first], unusable=[])
     with pytest.raises(StoreError, match="cannot commit SFT step 3"):

@@ -1,0 +1,63 @@
+"""An episode's reward: one documented function of its components, never a sum of every reward it got.
+
+Summed, an episode earned more by running its tests more often (4.83 against 2.97 for two
+equivalent fixes), and an aborted episode that ran tests reached +3.0, above the real fix. Now an
+episode has at most one value per component, each in [-1, 1]:
+
+    tests     the latest *verified* tests reward: a run of the episode's own verifier, judged by
+              fail-to-pass (mcp_server/tools/execute.py); other test runs are step signals only
+    outcome   the latest `end_episode` outcome (success +1, failure -1)
+    feedback  the latest human or agent rating (`give_feedback`)
+    judge     the latest judge score
+
+and its reward is their weighted mean over the components it has, with `RewardWeights` (settings:
+`RLIDE_REWARD_WEIGHTS`). The components are stored (table `rewards`, every value with its source and
+whether it was verified), so an episode's reward is recomputed whenever the weights change; tests
+rewards written before verification existed are marked unverified and do not count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from episodes.records import RewardSource
+
+COMPONENTS: tuple[RewardSource, ...] = (
+    RewardSource.tests,
+    RewardSource.outcome,
+    RewardSource.feedback,
+    RewardSource.judge,
+)
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """How much each component counts. The defaults follow the RLAIF plan this project grew from:
+    verified tests first, then what a person said (the outcome, a rating), then a judge."""
+
+    tests: float = 0.5
+    outcome: float = 0.2
+    feedback: float = 0.2
+    judge: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name, weight in asdict(self).items():
+            if not 0.0 <= weight <= 1e6:
+                raise ValueError(f"reward weight {name} must be >= 0, got {weight}")
+
+    def of(self, source: RewardSource) -> float:
+        return float(getattr(self, source.value))
+
+
+DEFAULT_WEIGHTS = RewardWeights()
+
+
+def combine(components: Mapping[RewardSource, float], weights: RewardWeights = DEFAULT_WEIGHTS) -> float | None:
+    """The weighted mean of the components present (None without any, or if all weigh nothing)."""
+    present = [(weights.of(source), value) for source, value in components.items() if source in COMPONENTS]
+    total = sum(weight for weight, _ in present)
+    if total <= 0.0:
+        return None
+    # Shares first: a lone component then comes back exactly, not as 0.7500000000000001.
+    return max(-1.0, min(1.0, sum(weight / total * value for weight, value in present)))
