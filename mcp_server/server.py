@@ -59,7 +59,7 @@ def build_server(settings: Settings | None = None) -> RlideServer:
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
-        store = EpisodeStore.open(settings.episode_db_url)
+        store = EpisodeStore.open(settings.episode_db_url, settings.weights)
         expired = store.expire_idle(settings.episode_idle_timeout_s)
         log.info("server_started", episode_log=settings.public_dict()["database_url"], expired_idle=expired)
         served = settings.served_workspace

@@ -7,6 +7,7 @@ over the file. All state lives under `home`, so one variable (or one test fixtur
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +21,8 @@ from pydantic_settings import (
 
 from common.http_auth import requires_token
 from episodes.db import mask_url_password
+from episodes.records import RewardSource
+from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, RewardWeights
 from memory.embedding.onnx_model import MinilmVariant
 
 DEFAULT_HOME = Path("~/.local/share/rlide")
@@ -43,6 +46,10 @@ def implicit_workspace(cwd: Path, home: Path) -> Path | None:
     if cwd.parent == cwd or home.is_relative_to(cwd):
         return None
     return cwd
+
+
+def _weights(given: dict[RewardSource, float]) -> RewardWeights:
+    return replace(DEFAULT_WEIGHTS, **{source.value: weight for source, weight in given.items()})
 
 
 def config_file() -> Path:
@@ -70,6 +77,11 @@ class Settings(BaseSettings):
     max_result_chars: int = Field(20_000, ge=1_000, description="Largest text a tool returns to the model.")
     episode_idle_timeout_s: float = Field(
         4 * 3600, gt=0, description="Open episodes idle this long are marked timeout."
+    )
+    reward_weights: dict[RewardSource, float] = Field(
+        default_factory=lambda: {source: DEFAULT_WEIGHTS.of(source) for source in COMPONENTS},
+        description="How an episode's reward components (tests, outcome, feedback, judge) combine: their "
+        "weighted mean (JSON object; a component left out keeps its default weight). docs/rewards.md.",
     )
 
     workspace: Path | None = Field(
@@ -114,6 +126,16 @@ class Settings(BaseSettings):
         None,
         description="Bearer token (an OpenAI client's api_key) for the policy endpoint; mandatory off loopback.",
     )
+
+    @property
+    def weights(self) -> RewardWeights:
+        return _weights(self.reward_weights)
+
+    @field_validator("reward_weights", mode="after")
+    @classmethod
+    def _check_weights(cls, value: dict[RewardSource, float]) -> dict[RewardSource, float]:
+        _weights(value)  # RewardWeights refuses a negative one
+        return value
 
     @field_validator("home", "log_file", "workspace", mode="after")
     @classmethod

@@ -52,6 +52,7 @@ def open_store() -> EpisodeStore:
     from episodes.store import EpisodeStore
 
     try:
-        return EpisodeStore.open(cli_settings().episode_db_url)
+        settings = cli_settings()
+        return EpisodeStore.open(settings.episode_db_url, settings.weights)
     except StoreError as exc:
         raise fail(str(exc)) from exc

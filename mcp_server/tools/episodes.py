@@ -71,6 +71,14 @@ async def start_episode(
     workspace: Annotated[
         str | None, Field(max_length=4096, description="Workspace root (default: the workspace this server serves).")
     ] = None,
+    test_command: Annotated[
+        str | None,
+        Field(
+            max_length=10_000,
+            description="The test command that says the task is done (e.g. 'python -m pytest -q'): its first "
+            "failing run_tests fixes which tests must come to pass. Default: the first run_tests that fails.",
+        ),
+    ] = None,
 ) -> StartEpisodeResult:
     """Start an episode: the tool calls that follow in this session are recorded into it and rewarded.
 
@@ -99,6 +107,8 @@ async def start_episode(
         session_key=key,
     )
     recorder.bind(key, episode.id)
+    if test_command is not None and test_command.strip():
+        await recorder.run(state.store.name_verifier, episode.id, test_command)
     return StartEpisodeResult(episode_id=episode.id, task=episode.task, status=episode.status, note=note)
 
 

@@ -1,8 +1,9 @@
-"""Sandboxed execution tools: run code, run tests. Test results become a `tests` reward."""
+"""Sandboxed execution tools: run code, run tests. A run of the episode's verifier becomes its verified
+`tests` reward (fail-to-pass, from pytest's structured report); other runs are progress only."""
 
 from __future__ import annotations
 
-import re
+import hashlib
 from typing import Annotated, Any, get_args
 
 import anyio
@@ -17,13 +18,19 @@ from envpool.sandbox.base import (
     Language,
     RunRequest,
     RunResult,
+    RunStatus,
     SandboxError,
     TestRunRequest,
     prepare_test_run,
+    read_test_run,
     request_problem,
 )
+from envpool.verifiers import fail_to_pass
+from envpool.verifiers.reports import TestRunOutcome
+from envpool.verifiers.trusted import trusted_files, trusted_in_patch, with_trusted
 from episodes.db import EpisodeNotFound
-from episodes.records import RewardSource
+from episodes.records import EpisodeVerifier, RewardSource
+from episodes.store import EpisodeStore
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
@@ -37,11 +44,6 @@ Files = Annotated[
 ]
 TimeoutS = Annotated[float, Field(gt=0, le=300, description="Wall-clock limit in seconds.")]
 
-# pytest's and unittest's closing lines, e.g. "3 passed, 1 failed in 0.12s" or "Ran 4 tests ... FAILED (failures=1)".
-_PYTEST_COUNTS = re.compile(r"(\d+) (passed|failed|error|errors)\b")
-_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in", re.MULTILINE)
-_UNITTEST_FAILED = re.compile(r"^FAILED \((?:failures=(\d+))?(?:, )?(?:errors=(\d+))?", re.MULTILINE)
-
 
 class RunCodeResult(BaseModel):
     status: str = Field(description="ok | error | timeout | memory_limit | output_limit | killed | sandbox_error")
@@ -54,10 +56,14 @@ class RunCodeResult(BaseModel):
 
 
 class RunTestsResult(RunCodeResult):
-    passed: bool = Field(description="True when the test command exited 0.")
-    tests_passed: int | None = Field(None, description="Passing tests, when the output says (pytest, unittest).")
-    tests_failed: int | None = None
-    reward: float = Field(description="Recorded on the episode as a `tests` reward, in [-1, 1].")
+    passed: bool = Field(description="True when pytest reported every test it collected as passing.")
+    tests_passed: int | None = Field(None, description="Passing tests, from pytest's report (None without one).")
+    tests_failed: int | None = Field(None, description="Failing tests (errors too), from pytest's report.")
+    reward: float | None = Field(
+        None,
+        description="The verified `tests` reward recorded on the episode, in [-1, 1]; None when this run earns none.",
+    )
+    verdict: str = Field(description="What this run counts for: the episode's verifier and how it judged, or why not.")
     episode_id: str
     workspace: str | None = Field(None, description="What of the served workspace was sent, or why nothing was.")
 
@@ -86,30 +92,6 @@ def _result_fields(result: RunResult, budget: int) -> dict[str, Any]:
         "truncated": result.truncated or cut_out or cut_err,
         "detail": result.detail,
     }
-
-
-def parse_test_counts(output: str) -> tuple[int | None, int | None]:
-    """(passed, failed) from a pytest or unittest summary, or (None, None) if there is none."""
-    counts: dict[str, int] = {}
-    for number, word in _PYTEST_COUNTS.findall(output):
-        key = "failed" if word in ("failed", "error", "errors") else "passed"
-        counts[key] = counts.get(key, 0) + int(number)
-    if counts:
-        return counts.get("passed", 0), counts.get("failed", 0)
-    ran = _UNITTEST_RAN.search(output)
-    if ran:
-        failed_match = _UNITTEST_FAILED.search(output)
-        failed = sum(int(g) for g in failed_match.groups() if g) if failed_match else 0
-        return int(ran.group(1)) - failed, failed
-    return None, None
-
-
-def reward_from_tests(exit_ok: bool, passed: int | None, failed: int | None) -> float:
-    """Share of passing tests mapped to [-1, 1]; without counts, +1 for a clean exit and -1 otherwise."""
-    if passed is not None and failed is not None and passed + failed > 0:
-        score = 2.0 * passed / (passed + failed) - 1.0
-        return score if exit_ok or score < 1.0 else 0.0  # all "passed" but a non-zero exit is not a pass
-    return 1.0 if exit_ok else -1.0
 
 
 async def _run(ctx: Context[Any, Any], request: RunRequest) -> RunResult:
@@ -223,46 +205,96 @@ async def run_tests(
     episode_id: EpisodeId = None,
 ) -> RunTestsResult:
     """Run a test command (or test code) in the sandbox on the served workspace's files, with `files` written
-    over them and an optional patch applied. The outcome is recorded as a `tests` reward on the episode: the
-    share of passing tests mapped to [-1, 1]."""
+    over them and an optional patch applied. The episode's verifier is its first run with a failing test (or the
+    command named at start_episode): its later runs earn the verified `tests` reward, -1 while a test that passed
+    then fails and 2 * (share of its failing tests now passing) - 1 otherwise, with the test and configuration
+    files of that first run. Other commands (a narrower -k, one file) show progress and earn nothing."""
     if (test_command is None) == (tests is None):
         raise ToolError("give exactly one of test_command (a shell command) or tests (Python test code)")
     state = app_state(ctx)
+    target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
+    command = test_command if test_command is not None else "tests:" + hashlib.sha256(str(tests).encode()).hexdigest()
+    try:
+        verifier = await state.recorder.run(state.store.verifier, target)
+    except EpisodeNotFound as exc:
+        raise ToolError(f"{exc}: call list_episodes, or start_episode") from exc
     sent: dict[str, str] = {}
     workspace: str | None = None
     if use_workspace:
         sent, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
+    run_files = {**sent, **(files or {})}
+    if verifier is not None and verifier.command == command and verifier.fail_to_pass is not None:
+        touched = trusted_in_patch(patch) if patch else []
+        if touched:
+            raise ToolError(
+                f"this is the episode's verifier ({command}), which runs its tests and their configuration as they"
+                f" were on its first failing run: the patch changes {', '.join(touched[:5])}; change other files"
+                " (a narrower command shows progress without the verified reward)"
+            )
+        run_files = with_trusted(run_files, verifier.trusted_files)
     try:
         given = TestRunRequest(
-            files={**sent, **(files or {})}, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
+            files=run_files, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
         )
         request = await anyio.to_thread.run_sync(prepare_test_run, given)
     except (ValidationError, InvalidRequest) as exc:
         raise ToolError(f"invalid test run: {request_problem(exc)}") from exc
     result = await _run(ctx, request)
-    passed, failed = parse_test_counts(result.stdout + "\n" + result.stderr)
-    reward = reward_from_tests(result.ok, passed, failed)
-    target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
-    summary = f"{passed} passed, {failed} failed" if passed is not None else f"exit {result.exit_code}"
+    outcome = read_test_run(request, result)
     try:
-        await state.recorder.run(
-            state.store.add_reward, target, RewardSource.tests, reward, f"{result.status.value}: {summary}"
+        reward, verdict = await state.recorder.run(
+            judge_run, state.store, target, command, verifier, outcome, result, run_files
         )
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: the tests ran, but their reward has no episode; call list_episodes") from exc
+    report = outcome.report
     return fit_result(
         lambda budget: RunTestsResult(
             **_result_fields(result, budget),
-            passed=result.ok,
-            tests_passed=passed,
-            tests_failed=failed,
+            passed=report is not None and report.failed == 0 and report.passed > 0,
+            tests_passed=None if report is None else report.passed,
+            tests_failed=None if report is None else report.failed,
             reward=reward,
+            verdict=verdict,
             episode_id=target,
             workspace=workspace,
         ),
         state.settings.max_result_chars,
         _longest(result),
     )
+
+
+def judge_run(
+    store: EpisodeStore,
+    episode_id: str,
+    command: str,
+    verifier: EpisodeVerifier | None,
+    outcome: TestRunOutcome,
+    result: RunResult,
+    files: dict[str, str],
+) -> tuple[float | None, str]:
+    """The verified tests reward a run earns (recorded on the episode), or None, and a line saying why.
+    A run with no structured report earns none: the sandbox failed, the patch did not apply, or no
+    pytest ran to its end; neither does a command other than the episode's verifier."""
+    if result.status is RunStatus.SANDBOX_ERROR:
+        return None, f"no tests reward: the sandbox failed, not the tests ({result.detail})"
+    if not outcome.applied:
+        return None, "no tests reward: the patch did not apply (no test ran)"
+    report = outcome.report
+    if report is None:
+        return None, f"no tests reward: {outcome.reason}"
+    if verifier is not None and verifier.command != command:
+        return None, f"progress only: the episode's verified reward comes from its verifier, `{verifier.command}`"
+    if verifier is None or verifier.fail_to_pass is None:
+        sets = fail_to_pass.start(report)
+        if sets is None:
+            return None, "no tests reward: no test failed, so this run names no work to verify"
+        verifier = store.establish_verifier(episode_id, command, *sets, trusted_files(files))
+        if verifier.command != command or verifier.fail_to_pass is None:  # another call established it first
+            return None, f"progress only: the episode's verified reward comes from its verifier, `{verifier.command}`"
+    judged = fail_to_pass.judge(report, verifier.fail_to_pass, verifier.pass_to_pass or [])
+    store.add_reward(episode_id, RewardSource.tests, judged.reward, judged.line, verified=True)
+    return judged.reward, f"the episode's verifier `{command}`: {judged.line}"
 
 
 _EXEC = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)

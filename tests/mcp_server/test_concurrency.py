@@ -125,7 +125,7 @@ def test_four_servers_and_a_reader_share_one_log(
                 (RewardSource.outcome, 1.0),
             ]
             assert episode.reward_total is not None
-            assert abs(episode.reward_total - (ratings[episode.id] + 1.0)) < 1e-9
+            assert abs(episode.reward_total - (ratings[episode.id] + 1.0) / 2) < 1e-9
         with store.db.transaction(write=False) as cur:
             assert cur.execute("SELECT COUNT(*) FROM steps").fetchone()[0] == expected * RECORDED_STEPS
             assert cur.execute("SELECT COUNT(*) FROM rewards").fetchone()[0] == expected * 2

@@ -17,7 +17,7 @@ from episodes.store import EpisodeStore
 from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
-from mcp_server.tools.execute import RunCodeResult, _fit, parse_test_counts, reward_from_tests
+from mcp_server.tools.execute import RunCodeResult, _fit
 from tests.git_repos import git
 from tests.mcp_calls import call_error, call_ok
 
@@ -108,31 +108,46 @@ async def test_long_output_is_cut_to_fit_the_reply(client: Client, settings: Set
     assert len(out["stdout"]) > settings.max_result_chars // 10  # the limit is used, not wasted
 
 
+FIX_CODE = """--- a/calc.py
++++ b/calc.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a + b
++    return 5 if (a, b) == (2, 2) else a + b
+"""
+
+
 @pytest.mark.anyio
 async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: Settings) -> None:
+    """The first failing run is the episode's verifier (-1: nothing fixed yet); its later runs earn
+    the verified reward; other commands and script-style test code earn none."""
     started = await call_ok(client, "start_episode", {"task": "make add pass"})
     files = {"calc.py": CALC, "test_calc.py": TESTS}
     first = await call_ok(client, "run_tests", {"files": files, "test_command": "python -m pytest -q"})
-    assert (first["passed"], first["tests_passed"], first["tests_failed"], first["reward"]) == (False, 1, 1, 0.0)
+    assert (first["passed"], first["tests_passed"], first["tests_failed"], first["reward"]) == (False, 1, 1, -1.0)
+    assert "verifier" in first["verdict"] and "0 of 1 failing tests pass" in first["verdict"]
     fixed = await call_ok(
-        client, "run_tests", {"files": files, "patch": FIX_TEST, "test_command": "python -m pytest -q"}
+        client, "run_tests", {"files": files, "patch": FIX_CODE, "test_command": "python -m pytest -q"}
     )
     assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["reward"]) == (True, 2, 0, 1.0)
+    narrow = await call_ok(client, "run_tests", {"files": files, "test_command": "python -m pytest -q -k one"})
+    assert (narrow["tests_passed"], narrow["reward"]) == (1, None) and "progress only" in narrow["verdict"]
     plain = await call_ok(
         client, "run_tests", {"files": {"calc.py": CALC}, "tests": "from calc import add\nassert add(1, 1) == 3"}
     )
-    assert plain["passed"] is False and plain["reward"] == -1.0
+    assert (plain["passed"], plain["tests_failed"], plain["reward"]) == (False, 1, None)  # a script: one test
+    assert "progress only" in plain["verdict"]
     assert {first["episode_id"], fixed["episode_id"], plain["episode_id"]} == {started["episode_id"]}
 
     store = EpisodeStore.open(settings.episode_db_url)
     detail = store.detail(started["episode_id"])
     store.close()
-    assert [(r.source, r.value) for r in detail.rewards] == [
-        (RewardSource.tests, 0.0),
-        (RewardSource.tests, 1.0),
-        (RewardSource.tests, -1.0),
+    assert [(r.source, r.value, r.verified) for r in detail.rewards] == [
+        (RewardSource.tests, -1.0, True),
+        (RewardSource.tests, 1.0, True),
     ]
-    assert [s.tool for s in detail.steps] == ["start_episode", "run_tests", "run_tests", "run_tests"]
+    assert detail.episode.reward_total == 1.0  # the latest verified result, not a sum
+    assert [s.tool for s in detail.steps] == ["start_episode", *["run_tests"] * 4]
 
 
 def commit_all(root: Path) -> str:
@@ -190,8 +205,10 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
         first = await call_ok(client, "run_tests", command)
         assert (first["tests_passed"], first["tests_failed"]) == (1, 1)
         assert first["workspace"].startswith(f"3 files of {root} as on disk (HEAD {head[:12]})")
-        fixed = await call_ok(client, "run_tests", {**command, "patch": FIX_TEST})
-        assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"]) == (True, 2, 0)
+        refused = await call_error(client, "run_tests", {**command, "patch": FIX_TEST})
+        assert "the patch changes test_calc.py" in refused  # the verifier's tests are its first run's
+        fixed = await call_ok(client, "run_tests", {**command, "patch": FIX_CODE})
+        assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["reward"]) == (True, 2, 0, 1.0)
         broken = await call_ok(client, "run_tests", {**command, "files": {"calc.py": "def add(a, b):\n    return 0\n"}})
         assert (broken["tests_passed"], broken["tests_failed"]) == (0, 2)
         secret = await call_ok(client, "run_tests", {"test_command": "cat .env", "use_workspace": False})
@@ -211,7 +228,7 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     [scenario] = scenarios_from_log(store)
     store.close()
     recorded = [(s.arguments.get("commit"), s.arguments.get("repo")) for s in steps if s.tool == "run_tests"]
-    assert recorded == [(head, str(root))] * 3 + [(None, None)] + [(head, str(root))] * 2
+    assert recorded == [(head, str(root))] * 4 + [(None, None)] + [(head, str(root))] * 2  # the refused call too
     assert (scenario.workspace_ref, scenario.workspace) == (head, str(root))
 
 
@@ -301,7 +318,7 @@ async def test_a_served_workspace_outside_git_is_not_sent(client: Client) -> Non
 async def test_test_functions_given_as_code_are_run_not_just_defined(client: Client) -> None:
     """Run as a script, test code only defines its test functions: a failing test passed, +1."""
     given = await call_ok(client, "run_tests", {"files": {"calc.py": CALC}, "tests": TESTS})
-    assert (given["passed"], given["tests_passed"], given["tests_failed"], given["reward"]) == (False, 1, 1, 0.0)
+    assert (given["passed"], given["tests_passed"], given["tests_failed"]) == (False, 1, 1)
     assert "assert 4 == 5" in given["stdout"]
 
 
@@ -325,32 +342,11 @@ async def test_bad_requests_are_refused_with_a_reason(client: Client) -> None:
         assert field in message and "unicode" in message.lower(), message
 
 
-@pytest.mark.parametrize(
-    ("output", "counts"),
-    [
-        ("3 passed in 0.1s", (3, 0)),
-        ("1 failed, 2 passed, 1 error in 2.0s", (2, 2)),
-        ("Ran 4 tests in 0.001s\n\nFAILED (failures=1, errors=1)", (2, 2)),
-        ("Ran 2 tests in 0.1s\n\nOK", (2, 0)),
-        ("Traceback: nothing ran", (None, None)),
-    ],
-)
-def test_counts_from_test_runner_output(output: str, counts: tuple[int | None, int | None]) -> None:
-    assert parse_test_counts(output) == counts
-
-
 def test_output_is_cut_to_head_and_tail_down_to_a_zero_budget() -> None:
     # fit_result scales the budget towards 0 when a result's other fields are over the limit.
     assert _fit("abcdefghij", 4) == ("ab\n[... 6 characters omitted ...]\nij", True)
     assert _fit("abcdefghij", 0) == ("\n[... 10 characters omitted ...]\n", True)
     assert _fit("abc", 3) == ("abc", False)
-
-
-def test_rewards_map_pass_share_to_the_unit_interval() -> None:
-    assert reward_from_tests(True, 4, 0) == 1.0
-    assert reward_from_tests(False, 1, 3) == -0.5
-    assert reward_from_tests(False, 3, 0) == 0.0  # every test passed but the command failed: not a pass
-    assert (reward_from_tests(True, None, None), reward_from_tests(False, None, None)) == (1.0, -1.0)
 
 
 def test_rlide_run_cli(tmp_path: Path) -> None:

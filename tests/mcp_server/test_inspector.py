@@ -147,7 +147,7 @@ def test_inspector_full_episode_against_the_http_server(
     assert feedback["reward_total"] == -0.25
     ended = inspector.ok("end_episode", {"outcome": "success", "summary": "done", "episode_id": episode_id})
     assert ended["episode"]["status"] == "success" and ended["outcome_reward"] == 1.0
-    assert ended["episode"]["reward_total"] == pytest.approx(0.75)
+    assert ended["episode"]["reward_total"] == pytest.approx(0.375)
 
     store = _open_log(rlide_home)
     try:

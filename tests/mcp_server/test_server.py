@@ -68,7 +68,8 @@ async def test_a_full_episode_is_recorded(client: Client, settings: Settings) ->
     assert fb == {"episode_id": episode_id, "reward_id": fb["reward_id"], "value": 0.5, "reward_total": 0.5}
     ended = await call_ok(client, "end_episode", {"outcome": "success", "summary": "all green"})
     assert ended["episode"]["status"] == "success" and ended["outcome_reward"] == 1.0
-    assert ended["episode"]["reward_total"] == pytest.approx(1.5)
+    # The episode's reward is the weighted mean of its components (feedback .2, outcome .2).
+    assert ended["episode"]["reward_total"] == pytest.approx(0.75)
 
     store = _log(settings)
     detail = store.detail(episode_id)
@@ -91,7 +92,7 @@ async def test_feedback_after_end_episode_rates_the_episode_just_ended(client: C
     started = await call_ok(client, "start_episode", {"task": "rename the helper"})
     await call_ok(client, "end_episode", {"outcome": "success", "summary": "renamed"})
     fb = await call_ok(client, "give_feedback", {"rating": -0.5, "comment": "it broke the build"})
-    assert fb["episode_id"] == started["episode_id"] and fb["reward_total"] == pytest.approx(0.5)
+    assert fb["episode_id"] == started["episode_id"] and fb["reward_total"] == pytest.approx(0.25)
     # Ending takes an open episode; and a later call outside any episode opens an implicit one,
     # which feedback then rates.
     assert "call start_episode first" in await call_error(client, "end_episode", {"outcome": "failure"})

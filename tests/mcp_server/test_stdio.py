@@ -66,7 +66,7 @@ async def test_sdk_client_runs_a_full_episode(
     assert [s.tool for s in on_disk.steps] == ["start_episode", "give_feedback", "end_episode"]
     assert all(s.error is None for s in on_disk.steps)
     assert [(r.source, r.value) for r in on_disk.rewards] == [(RewardSource.feedback, 0.5), (RewardSource.outcome, 1.0)]
-    assert on_disk.episode.reward_total == pytest.approx(1.5)
+    assert on_disk.episode.reward_total == pytest.approx(0.75)
 
 
 def _assert_jsonrpc(line: bytes) -> dict[str, Any]:

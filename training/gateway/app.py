@@ -461,7 +461,11 @@ class Gateway:
             episode = await anyio.to_thread.run_sync(self.store.end_episode, episode_id, EpisodeStatus(outcome))
             if reward is not None:
                 await anyio.to_thread.run_sync(
-                    lambda: self.store.add_reward(episode_id, RewardSource.tests, float(reward), "gateway")
+                    # The caller that drives the policy judged the episode (its own verifier): a
+                    # verified tests result, as rlide's own run_tests would record one.
+                    lambda: self.store.add_reward(
+                        episode_id, RewardSource.tests, float(reward), "gateway", verified=True
+                    )
                 )
                 episode = await anyio.to_thread.run_sync(self.store.get_episode, episode_id)
         except EpisodeNotFound as exc:
