@@ -21,6 +21,11 @@ are on disk, uncommitted edits included, under the same limits and with the same
 and untracked files that hold credentials too (`memory.indexing.files.is_secret_path`: a `.env`, a key or
 a `.docker/config.json` nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
+Untracked folders that hold installed or generated files are left out as the indexer leaves them
+out (`memory.indexing.files.VENDORED_DIRS`: `.venv`, `node_modules`, caches, `build`, …, plus any
+folder holding a `pyvenv.cfg`, whatever its name): `python -m venv .venv` writes no `.gitignore`
+entry, and a virtualenv's thousands of files would make every checkout "too large". Tracked files
+are always sent. A tree still too large names its largest folders and how to leave them out.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
-from memory.indexing.files import is_secret_path
+from memory.indexing.files import VENDORED_DIRS, is_secret_path
 from training.scenarios.base import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
@@ -119,6 +125,7 @@ class GitSnapshots:
             raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(listed)}")
         skipped: list[str] = []
         names: list[str] = []
+        installed = _InstalledFolders(root)
         for entry in dict.fromkeys(listed.stdout.split(b"\0")):  # a conflicted file comes thrice
             tag, name = entry[:1], entry[2:]
             if not name:
@@ -128,13 +135,23 @@ class GitSnapshots:
             except UnicodeDecodeError:  # a name no JSON request can carry
                 skipped.append(os.fsdecode(name))
                 continue
-            if tag == b"?" and is_secret_path(rel):
-                skipped.append(rel)  # an untracked .env or key: the sandbox's output reaches the agent
-                continue
+            if tag == b"?":
+                folder = installed.holding(rel)
+                if folder is not None:
+                    if folder not in skipped:
+                        skipped.append(folder)  # one entry per virtualenv, not its 10,000 files
+                    continue
+                if is_secret_path(rel):
+                    skipped.append(rel)  # an untracked .env or key: the sandbox's output reaches the agent
+                    continue
             names.append(rel)
         what = f"the working tree of {root}"
-        advice = "pass use_workspace=false and the files the tests need"
-        self._refuse_if_large(len(names), 0, what, advice)  # before a stat per file of a monorepo
+        advice = (
+            "add the folders the tests do not need to .gitignore (or .git/info/exclude),"
+            " or pass use_workspace=false and the files the tests need"
+        )
+        if len(names) > self.max_files:  # before a stat per file of a monorepo
+            self._refuse_if_large(len(names), 0, what, f"{_largest_folders((n, 0) for n in names)}; {advice}")
         entries: list[tuple[str, int]] = []
         for rel in names:
             try:
@@ -145,7 +162,9 @@ class GitSnapshots:
                 entries.append((rel, st.st_size))
             else:  # a symlink (may point anywhere on the host), a submodule's directory
                 skipped.append(rel)
-        self._refuse_if_large(len(entries), sum(size for _, size in entries), what, advice)
+        total = sum(size for _, size in entries)
+        if len(entries) > self.max_files or total > self.max_bytes:
+            self._refuse_if_large(len(entries), total, what, f"{_largest_folders(entries)}; {advice}")
         files: dict[str, str] = {}
         for rel, _ in entries:
             try:
@@ -272,6 +291,45 @@ class GitSnapshots:
                 size += len(raw)
         self._refuse_if_large(len(files), size, f"snapshot {ref!r} of {root}", _RECORD_FILES)
         return Snapshot(commit=commit, files=files, skipped=tuple(skipped))
+
+
+class _InstalledFolders:
+    """Which untracked paths lie in a folder of installed or generated files (a virtualenv,
+    `node_modules`, a cache, a build output), answered once per folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._is_installed: dict[str, bool] = {}
+
+    def holding(self, rel: str) -> str | None:
+        """The outermost such folder holding `rel` ("a/.venv/"), or None."""
+        parts = rel.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth])
+            known = self._is_installed.get(folder)
+            if known is None:
+                name = parts[depth - 1]
+                known = (
+                    name in VENDORED_DIRS
+                    or name.endswith(".egg-info")
+                    or (self.root / folder / "pyvenv.cfg").is_file()  # a virtualenv of any name
+                )
+                self._is_installed[folder] = known
+            if known:
+                return folder + "/"
+        return None
+
+
+def _largest_folders(entries: Iterable[tuple[str, int]], shown: int = 5) -> str:
+    """The top-level folders holding the most bytes (then files), for a "too large" message."""
+    files: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for rel, size in entries:
+        top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
+        files[top] += 1
+        sizes[top] += size
+    largest = sorted(files, key=lambda top: (sizes[top], files[top]), reverse=True)[:shown]
+    return "largest: " + ", ".join(f"{top} ({files[top]} files, {sizes[top]} bytes)" for top in largest)
 
 
 def _read_no_follow(path: Path) -> bytes:

@@ -6,6 +6,8 @@ A real temporary repository whose tests pass at one commit and fail at the next.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,6 +125,49 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
     git(fresh, "init", "-q")
     (fresh / "a.py").write_text("x = 1\n")
     assert GitSnapshots().working_tree(fresh) == type(tree)(commit="", files={"a.py": "x = 1\n"}, changed=("a.py",))
+
+
+def test_installed_folders_are_left_out_of_a_working_tree(repo: Path) -> None:
+    """A plain `python -m venv .venv` writes no .gitignore entry: its files, node_modules, caches
+    and a virtualenv of any name stay home, one skipped entry each; tracked files always travel."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / "tools" / "py")], check=True)
+    for rel in (
+        "node_modules/left-pad/index.js",
+        "web/node_modules/x/a.js",
+        "tests/__pycache__/t.py",
+        "pkg.egg-info/PKG",
+    ):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("installed\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "gen.py").write_text("TRACKED = True\n")
+    git(repo, "add", "-f", "build/gen.py")  # tracked, though its folder is a build output's name
+    (repo / "tools" / "run.py").write_text("print('mine')\n")
+    tree = GitSnapshots(max_files=12).working_tree(repo)  # the venvs alone hold more files than that
+    assert set(tree.files) == {"calc.py", "tests/test_calc.py", "build/gen.py", "tools/run.py"}
+    assert sorted(tree.skipped) == [
+        ".venv/",
+        "link.py",
+        "logo.png",
+        "node_modules/",
+        "pkg.egg-info/",
+        "tests/__pycache__/",
+        "tools/py/",
+        "web/node_modules/",
+    ]
+
+
+def test_a_tree_too_large_names_its_largest_folders(repo: Path) -> None:
+    (repo / "data").mkdir()
+    for i in range(6):
+        (repo / "data" / f"sample{i}.txt").write_text("x" * 1000)
+    with pytest.raises(SnapshotUnavailable) as raised:
+        GitSnapshots(max_files=5).working_tree(repo)
+    message = str(raised.value)
+    assert "largest: data/ (6 files" in message and ".gitignore" in message
+    with pytest.raises(SnapshotUnavailable, match=r"largest: data/ \(6 files, 6000 bytes\)"):
+        GitSnapshots(max_bytes=5000).working_tree(repo)
 
 
 @pytest.fixture
