@@ -18,6 +18,7 @@ from typing import Literal, Protocol, get_args, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envpool.verifiers import reports
+from envpool.verifiers.trusted import RUN_FOLDER, is_reserved, patched_paths
 
 Language = Literal["python", "shell", "bash", "node"]
 """shell is POSIX sh (/bin/sh), bash is /bin/bash."""
@@ -232,9 +233,9 @@ class TestRunRequest(BaseModel):
         return {validate_relative_path(p): c for p, c in files.items()}
 
 
-PATCH_FILE = ".rlide/patch.diff"
-TESTS_FILE = ".rlide/given_tests.py"  # not tests.py: a workspace's own `tests` package must still import
-SCRIPT_TEST_FILE = ".rlide/test_given_script.py"
+PATCH_FILE = f"{RUN_FOLDER}/patch.diff"
+TESTS_FILE = f"{RUN_FOLDER}/given_tests.py"  # not tests.py: a workspace's own `tests` package still imports
+SCRIPT_TEST_FILE = f"{RUN_FOLDER}/test_given_script.py"
 SCRIPT_TEST = f"""import runpy
 
 
@@ -266,29 +267,28 @@ def defines_tests(code: str) -> bool:
 
 
 TEST_OUTPUT_BYTES = 8 << 20
-"""A test run's output limit per stream: its report is printed last, and a cut stream loses it."""
+"""A test run's output limit per stream: a session's finish line comes last, and a cut stream loses it."""
 
 
 def prepare_test_run(test: TestRunRequest) -> RunRequest:
     """Turn a TestRunRequest into one shell RunRequest that runs entirely inside the sandbox, with
-    rlide's pytest plugin loaded into any pytest it starts and its report printed at the end
-    (`envpool.verifiers.reports`: read it with `read_test_run`). Async callers run it in a
+    rlide's pytest plugin loaded into any pytest it starts, which prints its report
+    (`envpool.verifiers.reports`: read it with `read_test_run`). Files or patched paths that are
+    rlide's own (`reports.is_reserved`) are refused. Async callers run it in a
     thread: it parses the test code (`defines_tests`), up to ~1 s for 1 MB."""
     if (test.test_command is None) == (test.tests is None):
         raise InvalidRequest("give exactly one of test_command or tests")
     files = dict(test.files)
-    files[reports.PLUGIN_FILE] = reports.PLUGIN_SOURCE
+    shadows = sorted(path for path in {*files, *patched_paths(test.patch or "", test.patch_strip)} if is_reserved(path))
+    if shadows:
+        raise InvalidRequest(f"{', '.join(shadows[:3])}: reserved for rlide's test runs (its pytest plugin, its files)")
     nonce = uuid.uuid4().hex
-    before, after = reports.shell_steps(nonce)
     steps: list[str] = ["set -e"]
     if test.patch is not None:
         files[PATCH_FILE] = test.patch
         # `patch` runs inside the sandbox, so a hostile diff is as contained as hostile code.
         steps.append(f"patch --batch --forward --silent -p{test.patch_strip} -i {PATCH_FILE}")
-    steps += before
-    # rlide's plugin (in .rlide), importable by any pytest the command starts; the sandbox's own
-    # path (pytest's site) kept.
-    steps.append(f'export PYTHONPATH="$PWD/{posixpath.dirname(reports.PLUGIN_FILE)}${{PYTHONPATH:+:$PYTHONPATH}}"')
+    steps += reports.shell_steps(nonce)
     if test.tests is not None:
         files[TESTS_FILE] = test.tests
         target = TESTS_FILE
@@ -299,7 +299,6 @@ def prepare_test_run(test: TestRunRequest) -> RunRequest:
     else:
         assert test.test_command is not None
         steps.append(test.test_command)
-    steps += after
     return RunRequest(
         language="shell",
         code="\n".join(steps) + "\n",

@@ -101,6 +101,7 @@ PREIMPORT = (
 
 TOOLS_SITE = "/opt/tools-site"
 PROJECT_SITE = "/opt/project-site"
+PLUGINS = "/opt/rlide-plugins"  # rlide's pytest plugin, read-only (envpool.verifiers.reports)
 SHELLS = {"shell": "/bin/sh", "bash": "/bin/bash"}
 libc = ctypes.CDLL(None, use_errno=True)
 # Looked up (and ctypes warmed up by one call) once, here: a child that did it would pay ~0.25 ms in
@@ -359,6 +360,7 @@ class Server:
         *,
         own_pidns: bool = False,
         project_paths: tuple[str, ...] = (),
+        plugins: str = PLUGINS,
         isolate: bool = False,
         cgroup: str | None = None,
         run_filter: bytes = b"",
@@ -413,7 +415,8 @@ class Server:
         # of the workspace its .pth files add (an editable install's src, where Python's site would
         # put them: after the site), then pytest and friends; the sites read-only (see bwrap.py).
         project = [PROJECT_SITE, *project_paths] if os.path.isdir(PROJECT_SITE) else []
-        self.python = PythonProgram(env, [*project, *([TOOLS_SITE] if os.path.isdir(TOOLS_SITE) else [])])
+        sites = [site for site in (TOOLS_SITE, plugins) if os.path.isdir(site)]
+        self.python = PythonProgram(env, [*project, *sites])
         # Answering on the child's report means scanning /proc for what it left (see sweep): cheap
         # in a sandbox's own PID namespace, ~5 ms over a whole host's processes (unsafe-local).
         self.answer_on_report = own_pidns
@@ -992,6 +995,7 @@ def main(argv: list[str]) -> None:
         sweep=args.get("--sweep", "uid"),
         own_pidns=args.get("--own-pidns") == "1",  # the backend started us in a PID namespace of our own
         project_paths=tuple(str(p) for p in json.loads(args.get("--project-paths", "[]"))),
+        plugins=args.get("--plugins", PLUGINS),
         isolate=args.get("--isolate") == "1",
         cgroup=args.get("--cgroup"),
         run_filter=bytes.fromhex(args.get("--run-filter", "")),

@@ -17,6 +17,7 @@ import structlog
 from envpool.sandbox._client import FORKSERVER_SCRIPT
 from envpool.sandbox.cgroups import ServerCgroup
 from envpool.sandbox.pooled import PooledForkServerSandbox
+from envpool.verifiers.reports import PLUGIN_FOLDER
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +46,7 @@ class UnsafeLocalSandbox(PooledForkServerSandbox):
             "--ws-root", self._root,
             "--sweep", "uid" if uids else "pgroup",
             "--once", "1" if once else "0",
+            "--plugins", PLUGIN_FOLDER,  # rlide's pytest plugin, from the host (writable: NOT a sandbox)
         ]  # fmt: skip
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """The Python sites a sandboxed interpreter sees besides its standard library, shared by the
-backends that run the fork-server (bwrap, docker): pytest and friends, and the served project's
-own virtualenv. The fork-server puts them on PYTHONPATH (`forkserver.PROJECT_SITE`, `TOOLS_SITE`)."""
+backends that run the fork-server (bwrap, docker): pytest and friends, rlide's pytest plugin, and
+the served project's own virtualenv. The fork-server puts them on PYTHONPATH (`forkserver.PROJECT_SITE`,
+`TOOLS_SITE`, `PLUGINS`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from envpool.verifiers.reports import PLUGIN_FOLDER
+
 SANDBOX_TOOLS_SITE = "/opt/tools-site"
 """Where the read-only site of test tools (pytest) appears inside the sandbox; on PYTHONPATH."""
 SANDBOX_PROJECT_SITE = "/opt/project-site"
 """Where a project's own site-packages appears inside the sandbox; first on PYTHONPATH."""
+SANDBOX_PLUGINS = "/opt/rlide-plugins"
+"""Where rlide's pytest plugin appears inside the sandbox, read-only: a run cannot rewrite it."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,9 @@ class PythonSites:
 
     def mounts(self) -> list[tuple[str, str]]:
         """(host folder, folder in the sandbox) pairs to bind read-only."""
-        pairs = [(self.tools_site, SANDBOX_TOOLS_SITE)] if os.path.isdir(self.tools_site) else []
+        pairs = [(PLUGIN_FOLDER, SANDBOX_PLUGINS)]
+        if os.path.isdir(self.tools_site):
+            pairs.append((self.tools_site, SANDBOX_TOOLS_SITE))
         if self.project_site is not None:
             pairs.append((self.project_site, SANDBOX_PROJECT_SITE))
         return pairs

@@ -1,26 +1,26 @@
 """A test run's structured report: what each test did, as pytest's hooks saw it, never its printed summary.
 
-`envpool.sandbox.base.prepare_test_run` writes rlide's pytest plugin (`rlide_report.py`) into the
-run's `.rlide/` folder, loads it into every pytest the command starts (`PYTEST_ADDOPTS`), and after
-the command prints, on one line behind a marker, what the plugin wrote. It also says whether the
-patch applied: a marker printed right after `patch`, before any code of the run's could print.
-`read_report` reads both back. A run without a report earns no tests reward: the command ran no
-pytest (`true`, `exit 0`, a shell loop printing "5 passed"), or pytest never finished its session
-(`os._exit` at import), or collected nothing, or its report says pytest was tampered with.
+`envpool.sandbox.base.prepare_test_run` loads rlide's pytest plugin (`pytest_plugin/rlide_report.py`,
+mounted read-only in the sandbox: `envpool.sandbox.sites`) into every pytest the command starts
+(`PYTEST_ADDOPTS`); the plugin writes a start and a finish line per session to the run's stdout,
+behind the run's nonce. It also says whether the patch applied: a marker printed right after
+`patch`, before any code of the run's could print. `read_report` reads both back. A run without a
+finished session earns no tests reward: the command ran no pytest (`true`, `exit 0`, a shell loop
+printing "5 passed"), or a pytest session never finished (`os._exit` at import), or collected
+nothing, or its report says pytest was tampered with.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PLUGIN_SOURCE = Path(__file__).with_name("rlide_report.py").read_text(encoding="utf-8")
-PLUGIN_FILE = ".rlide/rlide_report.py"
-REPORT_FILE = ".rlide/report.jsonl"
+from envpool.verifiers.trusted import PLUGIN, is_trusted
+
+PLUGIN_FOLDER = str(Path(__file__).with_name("pytest_plugin"))
+"""The host folder holding only the plugin, mounted read-only into the sandbox."""
 APPLIED_MARK = "rlide-patch-applied"
 REPORT_MARK = "rlide-test-report"
 PASSED = frozenset({"passed", "xpassed"})
@@ -58,39 +58,31 @@ class TestRunOutcome:
     tampered: tuple[str, ...] = field(default=())
 
 
-def shell_steps(nonce: str) -> tuple[list[str], list[str]]:
-    """The lines a test run's script runs before and after its command: announce the applied patch;
-    then print the report, base64 on one line, and exit with the command's status."""
-    before = [f"echo {APPLIED_MARK}:{nonce}", "set +e"]
-    after = [
-        "status=$?",
-        f'printf "\\n{REPORT_MARK}:{nonce}:%s\\n" "$(base64 -w0 {REPORT_FILE} 2>/dev/null)"',
-        'exit "$status"',
-    ]
-    return before, after
+def shell_steps(nonce: str) -> list[str]:
+    """The lines a test run's script runs between applying the patch and its command: announce the
+    applied patch, then let the command's own exit status be the script's."""
+    return [f"echo {APPLIED_MARK}:{nonce}", "set +e"]
 
 
 def environment(nonce: str) -> dict[str, str]:
-    return {
-        "RLIDE_NONCE": nonce,
-        "RLIDE_REPORT": REPORT_FILE,
-        "PYTEST_ADDOPTS": "-p rlide_report -p no:cacheprovider",
-    }
+    return {"RLIDE_NONCE": nonce, "PYTEST_ADDOPTS": f"-p {PLUGIN} -p no:cacheprovider"}
 
 
 _WORST = {"passed": 0, "xpassed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 2}
 
 
-def _merge(sessions: list[dict[str, Any]]) -> tuple[dict[str, str], int, tuple[str, ...]]:
-    """One outcome per test over every session of the run: the worst it had; a test collected but
-    never reported is an error (its session stopped under it)."""
+def _merge(finished: list[dict[str, Any]]) -> tuple[dict[str, str], int, tuple[str, ...]]:
+    """One outcome per test over every finished session of the run: the worst any line gave it; a
+    test collected but never reported is an error (its session stopped under it)."""
     outcomes: dict[str, str] = {}
     collected: set[str] = set()
     exitstatus = 0
     tampered: list[str] = []
-    for session in sessions:
+    for session in finished:
         exitstatus = max(exitstatus, int(session.get("exitstatus", 0)))
         tampered += [str(t) for t in session.get("tampered") or []]
+        # A hook from a file the candidate writes (the code under test, /tmp) can rewrite any report.
+        tampered += [f"hooks from {path}" for path in session.get("hooks") or [] if not is_trusted(str(path))]
         collected.update(str(test) for test in session.get("collected") or [])
         for test, outcome in (session.get("outcomes") or {}).items():
             if outcome not in _WORST:
@@ -107,17 +99,28 @@ def read_report(stdout: str, nonce: str) -> TestRunOutcome:
     applied = bool(lines) and lines[0] == f"{APPLIED_MARK}:{nonce}"
     if not applied:
         return TestRunOutcome(False, reason="the patch did not apply")
-    marks = [line for line in lines if line.startswith(f"{REPORT_MARK}:{nonce}:")]
-    payload = marks[-1].split(":", 2)[2] if marks else ""
+    prefix = f"{REPORT_MARK}:{nonce}:"
+    started: set[str] = set()
+    finished: list[dict[str, Any]] = []  # every finish line counts: a printed one can only add failures
     try:
-        raw = base64.b64decode(payload, validate=True).decode("utf-8")
-        sessions = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        sessions = [s for s in sessions if isinstance(s, dict) and s.get("nonce") == nonce]
-        outcomes, exitstatus, tampered = _merge(sessions)
-    except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        for line in lines:
+            if not line.startswith(prefix):
+                continue
+            event = json.loads(line[len(prefix) :])
+            session = str(event["session"])
+            if event["event"] == "start":
+                started.add(session)
+            elif event["event"] == "finish":
+                finished.append(event)
+            else:
+                raise ValueError(f"unknown event {event['event']!r}")
+        outcomes, exitstatus, tampered = _merge(finished)
+    except (ValueError, TypeError, KeyError, AttributeError):
         return TestRunOutcome(True, reason="the test report was not readable")
-    if not sessions:
-        return TestRunOutcome(True, reason="no pytest session ran to its end: no test report")
+    if not started:
+        return TestRunOutcome(True, reason="no pytest session ran: no test report")
+    if started - {str(event["session"]) for event in finished}:
+        return TestRunOutcome(True, reason="a pytest session started and never finished (exited or was killed)")
     if tampered:
         return TestRunOutcome(True, reason=f"pytest was tampered with: {', '.join(tampered[:3])}", tampered=tampered)
     if not outcomes:

@@ -28,11 +28,24 @@ TRUSTED_NAMES = frozenset(
     }
 )
 TEST_FOLDERS = frozenset({"test", "tests", "testing"})
+PLUGIN = "rlide_report"
+"""rlide's pytest plugin's module name (`envpool.verifiers.reports`): a workspace file of that name would shadow it."""
+RUN_FOLDER = ".rlide"
+"""The folder of a test run's own files (the patch, given test code)."""
 _DIFF_PATH = re.compile(r"^(?:---|\+\+\+) (\S+)", re.MULTILINE)
 
 
+def is_reserved(path: str) -> bool:
+    """Whether a workspace path is rlide's: its run folder, or a module that would shadow its plugin."""
+    parts = path.split("/")
+    return parts[0] == RUN_FOLDER or any(part in (PLUGIN, f"{PLUGIN}.py") for part in parts)
+
+
 def is_trusted(path: str) -> bool:
-    """Whether a workspace-relative POSIX path is a test, test configuration or start-up file."""
+    """Whether a workspace-relative POSIX path is a test, test configuration or start-up file, or
+    one of rlide's own (its run folder, a module shadowing its pytest plugin)."""
+    if is_reserved(path):
+        return True
     *folders, name = path.split("/")
     if name in TRUSTED_NAMES or name.endswith(".pth"):
         return True

@@ -19,6 +19,45 @@ TESTS = (
 ADD, ZERO = "test_calc.py::test_add", "test_calc.py::test_zero"
 PYTEST = "python -m pytest -q"
 
+REWRITE_AT_EXIT = """import atexit, os
+def _rewrite():
+    for folder, _, names in os.walk("."):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                text = open(path).read()
+                open(path, "w").write(text.replace("failed", "passed").replace("error", "passed"))
+            except OSError:
+                pass
+atexit.register(_rewrite)
+def add(a, b):
+    return a - b
+"""
+FORGE = """import json, os, uuid
+environ = dict(v.split("=", 1) for v in open("/proc/self/environ").read().split("\\0") if "=" in v)
+nonce, session = environ.get("RLIDE_NONCE", ""), uuid.uuid4().hex
+tests = ["test_calc.py::test_add", "test_calc.py::test_zero"]
+finish = {"exitstatus": 0, "collected": tests, "outcomes": dict.fromkeys(tests, "passed"), "tampered": [], "hooks": []}
+for event in ({"session": session, "event": "start"}, {"session": session, "event": "finish", **finish}):
+    line = ("\\nrlide-test-report:%s:%s\\n" % (nonce, json.dumps(event))).encode()
+    for fd in range(1, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+"""
+REGISTER_PLUGIN = """import gc, pytest, _pytest.config
+class Passing:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        outcome.get_result().outcome = "passed"
+for obj in gc.get_objects():
+    if isinstance(obj, _pytest.config.Config):
+        obj.pluginmanager.register(Passing())
+def add(a, b):
+    return a - b
+"""
 TRICKS: dict[str, tuple[str, dict[str, str]]] = {
     # name: (command, files written over the project)
     "exit status only": ("true", {}),
@@ -45,6 +84,12 @@ TRICKS: dict[str, tuple[str, dict[str, str]]] = {
     ),
     "exit 0 from a test module": (PYTEST, {"calc.py": "import sys\nsys.exit(0)\n"}),
     "select only what passes": (f"{PYTEST} -k zero", {}),
+    "turn rlide's plugin off": (f"PYTEST_ADDOPTS= {PYTEST}", {}),
+    "rewrite every report file at exit": (PYTEST, {"calc.py": REWRITE_AT_EXIT}),
+    "forge a report on every descriptor, then exit": (PYTEST, {"calc.py": FORGE + "os._exit(0)\n"}),
+    "forge a report on every descriptor": (PYTEST, {"calc.py": FORGE + "def add(a, b):\n    return a - b\n"}),
+    "register a plugin that rewrites reports": (PYTEST, {"calc.py": REGISTER_PLUGIN}),
+    "kill the interpreter in a test": (PYTEST, {"calc.py": "import os\ndef add(a, b):\n    os._exit(0)\n"}),
 }  # fmt: skip
 
 
@@ -82,8 +127,10 @@ def test_a_patch_that_does_not_apply_is_said_so_not_failed(sandbox: Sandbox) -> 
 def test_a_report_from_another_run_is_not_read(sandbox: Sandbox) -> None:
     """The report is read behind this run's nonce: one printed by the program with another is ignored."""
     first = prepare_test_run(TestRunRequest(files={"calc.py": CALC, "test_calc.py": TESTS}, test_command=PYTEST))
-    printed = sandbox.run(first).stdout.splitlines()[-1]  # the report line, with the first run's nonce
-    second = prepare_test_run(TestRunRequest(files={"calc.py": CALC}, test_command=f"echo '{printed}'"))
+    printed = [line for line in sandbox.run(first).stdout.splitlines() if line.startswith("rlide-test-report:")]
+    assert len(printed) == 2  # the session's start and finish, behind the first run's nonce
+    replay = f"echo '{printed[0]}'; echo '{printed[1]}'"
+    second = prepare_test_run(TestRunRequest(files={"calc.py": CALC}, test_command=replay))
     assert read_test_run(second, sandbox.run(second)).report is None
 
 
