@@ -112,3 +112,4 @@ class EpisodeDetail(BaseModel):
     episode: Episode
     steps: list[Step]
     rewards: list[Reward]
+    verifier: EpisodeVerifier | None = None

@@ -366,7 +366,7 @@ class EpisodeStore:
             )
             for r in reward_rows
         ]
-        return EpisodeDetail(episode=episode, steps=steps, rewards=rewards)
+        return EpisodeDetail(episode=episode, steps=steps, rewards=rewards, verifier=self.verifier(episode_id))
 
     def integrity_check(self) -> list[str]:
         """Problems found in the log (empty when healthy): SQLite's own check plus orphan rows."""

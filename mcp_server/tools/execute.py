@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any, get_args
 
 import anyio
@@ -213,7 +212,7 @@ async def run_tests(
         raise ToolError("give exactly one of test_command (a shell command) or tests (Python test code)")
     state = app_state(ctx)
     target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
-    command = test_command if test_command is not None else "tests:" + hashlib.sha256(str(tests).encode()).hexdigest()
+    command = fail_to_pass.verifier_command(test_command, tests)
     try:
         verifier = await state.recorder.run(state.store.verifier, target)
     except EpisodeNotFound as exc:

@@ -10,7 +10,10 @@ completion into a reward. Three verifiers:
                recorded with the episode, or a git commit of the episode's workspace repository
                (`training.scenarios.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
                taken from the episode's FIRST re-checkable test run (the workspace before the agent's
-               fix, see `_scenario_from_detail`)
+               fix, see `_scenario_from_detail`). Judged as `run_tests` judges an episode's verifier
+               (docs/rewards.md): from pytest's report, never the exit status; by fail-to-pass
+               against the start state (the episode's recorded sets, or a run of the start state);
+               a patch that touches a test, its configuration or a start-up file earns nothing
 
 Running code goes through a `ProgramRunner` (envpool's sandbox satisfies it once it lands);
 `SubprocessRunner` here is a plain subprocess with limits, NOT a sandbox: only for trusted code
@@ -36,6 +39,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from envpool.tasks.humaneval import CodingTask
+from envpool.verifiers import fail_to_pass
+from envpool.verifiers.reports import TestRunOutcome
+from envpool.verifiers.trusted import trusted_in_patch
 from envpool.verifiers.values import CallsUnavailable, Verdict, judge
 from episodes.records import Episode, EpisodeDetail, RewardSource
 from episodes.store import EpisodeStore
@@ -44,16 +50,20 @@ from training.scenarios.toy import digit_share
 Split = Literal["train", "heldout", "all"]
 VerifierKind = Literal["toy", "humaneval", "command"]
 HELDOUT_EVERY = 5
+DEFAULT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     passed: bool
+    """Exit status 0 within the time limit: for people and logs, never a verdict."""
     output: str = ""
     """The tail of stdout and stderr together, for people and logs."""
     timed_out: bool = False
     stdout: str = ""
     """All of stdout: what a verifier that judges values reads (`envpool.verifiers.values`)."""
+    tests: TestRunOutcome | None = None
+    """Of a test run: whether the patch applied and pytest's report (`envpool.verifiers.reports`)."""
 
 
 @runtime_checkable
@@ -129,7 +139,7 @@ class Verifier:
     kind: VerifierKind
     data: dict[str, Any] = field(default_factory=dict)
     """humaneval: prompt, test, entry_point; command: command or tests (test code), files (self-contained
-    workspace), timeout_s."""
+    workspace), timeout_s, and the episode verifier's fail_to_pass and pass_to_pass test ids if recorded."""
 
 
 @dataclass(frozen=True)
@@ -194,9 +204,10 @@ def verify(
     *,
     runner: ProgramRunner | None = None,
     workspace_runner: WorkspaceRunner | None = None,
-    timeout_s: float = 10.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> float:
-    """The reward of `completion` on `scenario`: toy in [0, 1], humaneval and command 1.0 or 0.0."""
+    """The reward of `completion` on `scenario`: toy in [0, 1], humaneval 1.0 or 0.0, command in [0, 1]
+    (the share of its failing tests fixed, 0 if one that passed broke)."""
     kind = scenario.verifier.kind
     if kind == "toy":
         return digit_share(completion)
@@ -205,20 +216,7 @@ def verify(
             raise VerifierUnavailable(f"{scenario.id} runs code: pass a ProgramRunner (envpool's sandbox)")
         return 1.0 if humaneval_verdict(scenario.verifier.data, completion, runner, timeout_s).passed else 0.0
     if kind == "command":
-        files = scenario.verifier.data.get("files") or {}
-        workspace_runner = _command_runner(scenario, workspace_runner)
-        # The student's answer is a change to the workspace: without applying it, every
-        # trajectory of a group would get the same reward and teach nothing.
-        outcome = workspace_runner.run_tests(
-            test_command=scenario.verifier.data.get("command"),
-            tests=scenario.verifier.data.get("tests"),
-            snapshot=scenario.workspace_ref,
-            files=files,
-            patch=extract_patch(completion),
-            timeout_s=float(scenario.verifier.data.get("timeout_s", timeout_s)),
-            workspace=scenario.workspace,
-        )
-        return 1.0 if outcome.passed else 0.0
+        return _command_reward(scenario, completion, _command_runner(scenario, workspace_runner), timeout_s)
     raise ValueError(f"unknown verifier kind {kind!r}")
 
 
@@ -226,6 +224,66 @@ def _command_runner(scenario: Scenario, workspace_runner: WorkspaceRunner | None
     if workspace_runner is None or (scenario.workspace_ref is None and not scenario.verifier.data.get("files")):
         raise VerifierUnavailable(f"{scenario.id} re-runs its tests: pass a WorkspaceRunner and its files")
     return workspace_runner
+
+
+def _run_command(scenario: Scenario, runner: WorkspaceRunner, patch: str | None, timeout_s: float) -> TestRunOutcome:
+    data = scenario.verifier.data
+    outcome = runner.run_tests(
+        test_command=data.get("command"),
+        tests=data.get("tests"),
+        snapshot=scenario.workspace_ref,
+        files=data.get("files") or {},
+        patch=patch,
+        timeout_s=float(data.get("timeout_s", timeout_s)),
+        workspace=scenario.workspace,
+    )
+    if outcome.tests is None:
+        raise VerifierUnavailable(f"{scenario.id}: the workspace runner returned no test report")
+    return outcome.tests
+
+
+_START_SETS: dict[tuple[str, ...], tuple[list[str], list[str]] | None] = {}
+"""Fail-to-pass sets measured on a scenario's start state, when its episode recorded none."""
+
+
+def _verifier_sets(scenario: Scenario, runner: WorkspaceRunner, timeout_s: float) -> tuple[list[str], list[str]]:
+    """The scenario's FAIL_TO_PASS and PASS_TO_PASS tests: recorded by its episode's verifier, else
+    from one run of its start state (once per process). A start state with no failing test is not a
+    scenario: there is nothing to fix, and every answer would earn the same."""
+    data = scenario.verifier.data
+    if data.get("fail_to_pass"):
+        return list(data["fail_to_pass"]), list(data.get("pass_to_pass") or [])
+    key = (
+        scenario.id,
+        scenario.workspace or "",
+        scenario.workspace_ref or "",
+        json.dumps({k: data.get(k) for k in ("command", "tests", "files")}, sort_keys=True),
+    )
+    if key not in _START_SETS:
+        start = _run_command(scenario, runner, None, timeout_s)
+        if start.report is None:  # not kept: the harness may do better next time
+            raise VerifierUnavailable(f"{scenario.id}: its start state gives no test report ({start.reason})")
+        measured = fail_to_pass.start(start.report)
+        _START_SETS[key] = None if measured is None else (sorted(measured[0]), sorted(measured[1]))
+    sets = _START_SETS[key]
+    if sets is None:
+        raise VerifierUnavailable(f"{scenario.id}: no test fails in its start state, so it names no work to verify")
+    return sets
+
+
+def _command_reward(scenario: Scenario, completion: str, runner: WorkspaceRunner, timeout_s: float) -> float:
+    """In [0, 1]: 0 for the start state, a broken passing test or no report, 1 for the whole fix."""
+    f2p, p2p = _verifier_sets(scenario, runner, timeout_s)
+    # The student's answer is a change to the workspace: without applying it, every trajectory of
+    # a group would get the same reward and teach nothing. Tests and their configuration are the
+    # verifier's, as SWE-bench applies the test patch last: a patch to them is not an answer.
+    patch = extract_patch(completion)
+    if patch is not None and trusted_in_patch(patch):
+        return 0.0
+    tests = _run_command(scenario, runner, patch, timeout_s)
+    if tests.report is None:
+        return 0.0
+    return (fail_to_pass.judge(tests.report, f2p, p2p).reward + 1.0) / 2.0
 
 
 def check_verifier(
@@ -245,6 +303,7 @@ def check_verifier(
                 files=scenario.verifier.data.get("files") or {},
                 workspace=scenario.workspace,
             )
+        _verifier_sets(scenario, ready, DEFAULT_TIMEOUT_S)
 
 
 # -- built-in sets ---------------------------------------------------------------------------------
@@ -373,6 +432,7 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
                 )
     if not any(r.source is RewardSource.tests for r in detail.rewards):
         return None
+    verifier = detail.verifier if detail.verifier is not None and detail.verifier.fail_to_pass else None
     for step in detail.steps:
         args = step.arguments
         command = args.get("test_command") or args.get("command")  # rlide's run_tests, or another tool's
@@ -385,6 +445,11 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
             check = {"tests": tests}
         else:
             continue
+        if verifier is not None:  # the run that established the episode's verifier, and its sets
+            named = fail_to_pass.verifier_command(check.get("command"), check.get("tests"))
+            if verifier.command != named:
+                continue
+            check |= {"fail_to_pass": verifier.fail_to_pass, "pass_to_pass": verifier.pass_to_pass or []}
         files = args.get("files") if isinstance(args.get("files"), dict) else {}
         # Without recorded files the run needs the commit it was made at: the workspace's
         # current state is not the episode's, so a run with neither is not re-checkable.

@@ -7,16 +7,24 @@ sandbox as the MCP tools, never a bare subprocess.
 from __future__ import annotations
 
 from envpool.sandbox import RunRequest, RunResult, RunStatus, Sandbox, TestRunRequest, make_sandbox, prepare_test_run
+from envpool.sandbox.base import InvalidRequest, read_test_run
+from envpool.verifiers.reports import TestRunOutcome
 from training.scenarios.base import RunOutcome, VerifierUnavailable
 from training.scenarios.snapshots import GitSnapshots
 
 OUTPUT_TAIL = 4_000
 
 
-def _outcome(result: RunResult) -> RunOutcome:
+def _outcome(result: RunResult, tests: TestRunOutcome | None = None) -> RunOutcome:
+    if result.status is RunStatus.SANDBOX_ERROR:  # the harness failed, not the student: no reward either way
+        raise VerifierUnavailable(f"the sandbox failed: {result.detail}")
     output = (result.stdout + result.stderr)[-OUTPUT_TAIL:]
     return RunOutcome(
-        passed=result.ok, output=output, timed_out=result.status is RunStatus.TIMEOUT, stdout=result.stdout
+        passed=result.ok,
+        output=output,
+        timed_out=result.status is RunStatus.TIMEOUT,
+        stdout=result.stdout,
+        tests=tests,
     )
 
 
@@ -47,7 +55,12 @@ class SandboxRunner:
     ) -> RunOutcome:
         files = self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
         test = TestRunRequest(files=files, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s)
-        return _outcome(self.sandbox.run(prepare_test_run(test)))
+        try:
+            request = prepare_test_run(test)
+        except InvalidRequest as exc:  # a workspace or patch the sandbox refuses (rlide's reserved names)
+            return RunOutcome(False, str(exc), tests=TestRunOutcome(False, reason=str(exc)))
+        result = self.sandbox.run(request)
+        return _outcome(result, read_test_run(request, result))
 
     def prepare(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> None:
         """Materialise the workspace now (a snapshot is cached for the runs that follow), so a

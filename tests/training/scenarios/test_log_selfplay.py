@@ -64,11 +64,14 @@ def test_the_worker_practises_a_log_scenario_verified_in_the_sandbox(tmp_path: P
     assert report.stop_reason is StopReason.once and report.sft_steps == 0
     assert report.rollouts == 4 and report.scenarios_unavailable == 0
     assert (report.groups_skipped_zero_variance, report.steps_trained, report.step) == (1, 0, 0)
-    # The verifier really ran each rollout: pytest in the sandbox, on the files before the fix.
-    assert len(sandbox.runs) == 4
+    # The verifier ran the start state once (its failing tests are what a rollout must fix), then
+    # each rollout: pytest in the sandbox, on the files before the fix.
+    assert len(sandbox.runs) == 5 and sandbox.runs[0][1] is None
     for files, _patch, outcome in sandbox.runs:
         assert files == BROKEN
         assert not outcome.passed and "1 failed" in outcome.output and "assert -1 == 5" in outcome.output
+        assert outcome.tests is not None and outcome.tests.report is not None
+        assert outcome.tests.report.outcomes == {"test_calc.py::test_add": "failed"}
     store = EpisodeStore.open(str(db))
     status = read_status(store)
     assert (status.groups_skipped_zero_variance, status.groups_trained, status.step) == (1, 0, 0)

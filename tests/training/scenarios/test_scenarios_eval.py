@@ -113,29 +113,6 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
     assert cmd.verifier.data == {"command": "pytest -q tests/test_parse.py", "files": {}}
     assert scenarios[he.id].verifier.kind == "humaneval" and scenarios[he.id].split == "train"
 
-    class Workspace:
-        def run_tests(
-            self,
-            *,
-            test_command: str | None,
-            tests: str | None,
-            snapshot: str | None,
-            files: dict[str, str],
-            patch: str | None,
-            timeout_s: float,
-            workspace: str | None = None,
-        ) -> RunOutcome:
-            return RunOutcome(
-                snapshot == "abc123"
-                and workspace == "/repo"
-                and tests is None
-                and (test_command or "").startswith("pytest")
-                and patch is not None
-            )
-
-    fix = "```diff\n--- a/parse.py\n+++ b/parse.py\n@@ -1 +1 @@\n-x\n+y\n```"
-    assert verify(cmd, fix, workspace_runner=Workspace()) == 1.0
-    assert verify(cmd, "I could not do it", workspace_runner=Workspace()) == 0.0  # no patch, no pass
 
 
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")

@@ -195,7 +195,8 @@ def test_the_tests_pass_at_one_commit_and_fail_at_the_next(repo: Path, sandbox: 
     from training.scenarios.sandbox_runner import SandboxRunner
 
     assert isinstance(sandbox, SandboxRunner)
-    assert verify(_scenario(repo, "good"), "nothing to change", workspace_runner=sandbox) == 1.0
+    with pytest.raises(VerifierUnavailable, match="no test fails in its start state"):
+        verify(_scenario(repo, "good"), "nothing to change", workspace_runner=sandbox)  # nothing to fix there
     assert verify(_scenario(repo, "main"), "nothing to change", workspace_runner=sandbox) == 0.0
     assert verify(_scenario(repo, "main"), FIX, workspace_runner=sandbox) == 1.0  # the student's patch, applied
     assert verify(_scenario(repo, "main"), FIX.replace("a + b", "a * b"), workspace_runner=sandbox) == 0.0
