@@ -195,6 +195,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        "0009_curation",
+        (
+            "ALTER TABLE episodes ADD COLUMN excluded INTEGER NOT NULL DEFAULT 0",
+            # No foreign key: a deleted episode's record outlives it.
+            """CREATE TABLE curation (
+                id {id},
+                episode_id TEXT NOT NULL,
+                action TEXT NOT NULL,
+                detail TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX curation_episode ON curation (episode_id)",
+        ),
+    ),
 )
 
 

@@ -73,6 +73,7 @@ class Episode(BaseModel):
         None,
         description="Reward in [-1, 1]: the weighted mean of its components (episodes.rewards); None without any.",
     )
+    excluded: bool = Field(False, description="Excluded by a person: never exported, replayed or trained on.")
 
 
 class Step(BaseModel):
@@ -106,6 +107,23 @@ class EpisodeVerifier(BaseModel):
     trusted_files: dict[str, str] = Field(
         default_factory=dict, description="Test and configuration files of that run: its later runs get them back."
     )
+
+
+class CurationAction(StrEnum):
+    delete = "delete"
+    relabel = "relabel"
+    exclude = "exclude"
+    include = "include"
+
+
+class CurationEvent(BaseModel):
+    """What a person did to an episode (`rlide episodes delete|relabel|exclude|include`), kept after a deletion."""
+
+    id: int
+    episode_id: str
+    action: CurationAction
+    detail: dict[str, Any]
+    created_at: datetime
 
 
 class EpisodeDetail(BaseModel):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from episodes.records import RewardSource
+from episodes.records import EpisodeStatus, RewardSource
 
 COMPONENTS: tuple[RewardSource, ...] = (
     RewardSource.tests,
@@ -51,6 +51,9 @@ class RewardWeights:
 
 
 DEFAULT_WEIGHTS = RewardWeights()
+
+OUTCOME_REWARD = {EpisodeStatus.success: 1.0, EpisodeStatus.failure: -1.0, EpisodeStatus.aborted: 0.0}
+"""An ended episode's outcome as a reward (`end_episode`, a relabel); aborted work is neither good nor bad."""
 
 
 def combine(components: Mapping[RewardSource, float], weights: RewardWeights = DEFAULT_WEIGHTS) -> float | None:

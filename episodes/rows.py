@@ -67,18 +67,18 @@ def _latest(source: RewardSource) -> str:
 EPISODE_COLUMNS = (
     "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
-    " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), "
+    " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), e.excluded, "
     + ", ".join(_latest(source) for source in COMPONENTS)
 )
 """The SELECT list that `episode_from_row` reads, for a query over `episodes e`: the episode, its
-counts, and the latest value of each reward component (`episodes.rewards`)."""
+counts, whether it is excluded, and the latest value of each reward component (`episodes.rewards`)."""
 
 
 def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Episode:
     created = from_epoch(row[8])
     updated = from_epoch(row[9])
     assert created is not None and updated is not None
-    components = {source: float(value) for source, value in zip(COMPONENTS, row[13:], strict=True) if value is not None}
+    components = {source: float(value) for source, value in zip(COMPONENTS, row[14:], strict=True) if value is not None}
     return Episode(
         id=row[0],
         task=row[1],
@@ -95,4 +95,5 @@ def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Epis
         turn_count=int(row[12]),
         reward_components=components,
         reward_total=combine(components, weights),
+        excluded=bool(row[13]),
     )

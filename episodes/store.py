@@ -18,6 +18,8 @@ from episodes.db import Cursor, Database, EpisodeClosed, EpisodeNotFound, StoreE
 from episodes.migrations import migrate
 from episodes.policy_turns import PolicyTurns
 from episodes.records import (
+    CurationAction,
+    CurationEvent,
     Episode,
     EpisodeDetail,
     EpisodeSource,
@@ -30,7 +32,7 @@ from episodes.records import (
     from_epoch,
 )
 from episodes.redaction import redact
-from episodes.rewards import DEFAULT_WEIGHTS, RewardWeights
+from episodes.rewards import DEFAULT_WEIGHTS, OUTCOME_REWARD, RewardWeights
 from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
 from episodes.training_runs import TrainingRuns
 
@@ -368,6 +370,86 @@ class EpisodeStore:
         ]
         return EpisodeDetail(episode=episode, steps=steps, rewards=rewards, verifier=self.verifier(episode_id))
 
+    # -- curation: what a person does to the log ------------------------------------------------
+
+    def delete_episode(self, episode_id: str, reason: str | None = None) -> None:
+        """Delete an ended episode with its steps, rewards, turns and verifier, and every stored text
+        no other step shares (a secret pasted into it is gone); the deletion itself is recorded."""
+        episode = self.get_episode(episode_id)
+        if not episode.status.is_terminal:
+            raise StoreError(f"episode {episode_id} is open: end it (end_episode) or let it time out, then delete it")
+        with self.db.transaction(write=True) as cur:
+            refs = cur.execute(
+                "SELECT blob_refs FROM steps WHERE episode_id = ? AND blob_refs IS NOT NULL", (episode_id,)
+            ).fetchall()
+            digests = {digest for (text,) in refs for _, digest in json.loads(text)}
+            cur.execute("DELETE FROM episodes WHERE id = ?", (episode_id,))  # the rest cascades
+            for digest in sorted(digests):
+                # A digest is 64 hex characters: found in another step's refs only if that step holds it.
+                shared = cur.execute(
+                    "SELECT 1 FROM steps WHERE blob_refs LIKE ? LIMIT 1", (f'%"{digest}"%',)
+                ).fetchone()
+                if shared is None:
+                    cur.execute("DELETE FROM blobs WHERE sha256 = ?", (digest,))
+            self._record(cur, episode_id, CurationAction.delete, {"task": episode.task[:200], "reason": reason})
+
+    def relabel_episode(self, episode_id: str, status: EpisodeStatus, note: str | None = None) -> Episode:
+        """Say how an ended episode really ended: its status, and an outcome reward to match (the
+        latest outcome is the one that counts)."""
+        if status not in OUTCOME_REWARD:
+            raise ValueError(f"relabel to one of {', '.join(s.value for s in OUTCOME_REWARD)}, not {status.value}")
+        episode = self.get_episode(episode_id)
+        if not episode.status.is_terminal:
+            raise StoreError(f"episode {episode_id} is open: end it with end_episode instead")
+        comment = clip_text(f"relabelled {episode.status.value} -> {status.value}" + (f": {note}" if note else ""))
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            cur.execute("UPDATE episodes SET status = ?, updated_at = ? WHERE id = ?", (status.value, now, episode_id))
+            cur.execute(
+                "INSERT INTO rewards (episode_id, source, value, comment, created_at) VALUES (?, 'outcome', ?, ?, ?)",
+                (episode_id, OUTCOME_REWARD[status], comment, now),
+            )
+            detail = {"from": episode.status.value, "to": status.value, "note": clip_text(note)}
+            self._record(cur, episode_id, CurationAction.relabel, detail)
+        return self.get_episode(episode_id)
+
+    def exclude_episode(self, episode_id: str, *, excluded: bool = True, reason: str | None = None) -> Episode:
+        """Keep an episode in the log but out of every export, replay and training step (or let it back in)."""
+        self.get_episode(episode_id)
+        action = CurationAction.exclude if excluded else CurationAction.include
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE episodes SET excluded = ?, updated_at = ? WHERE id = ?",
+                (int(excluded), time.time(), episode_id),
+            )
+            self._record(cur, episode_id, action, {"reason": clip_text(reason)})
+        return self.get_episode(episode_id)
+
+    def curation_log(self, episode_id: str | None = None) -> list[CurationEvent]:
+        """What people did to the log, oldest first; of one episode (deleted ones included) if named."""
+        where, params = ("WHERE episode_id = ?", (episode_id,)) if episode_id is not None else ("", ())
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                f"SELECT id, episode_id, action, detail, created_at FROM curation {where} ORDER BY id", params
+            ).fetchall()
+        return [
+            CurationEvent(
+                id=r[0],
+                episode_id=r[1],
+                action=CurationAction(r[2]),
+                detail=json.loads(r[3]),
+                created_at=at_epoch(r[4]),
+            )
+            for r in rows
+        ]
+
+    @staticmethod
+    def _record(cur: Cursor, episode_id: str, action: CurationAction, detail: dict[str, Any]) -> None:
+        cur.execute(
+            "INSERT INTO curation (episode_id, action, detail, created_at) VALUES (?, ?, ?, ?)",
+            (episode_id, action.value, json_text(detail), time.time()),
+        )
+
     def integrity_check(self) -> list[str]:
         """Problems found in the log (empty when healthy): SQLite's own check plus orphan rows."""
         problems: list[str] = []
@@ -384,8 +466,9 @@ class EpisodeStore:
         return problems
 
     def terminal_episodes(self, *, source: EpisodeSource | None = None, batch: int = 500) -> list[Episode]:
-        """Every ended episode (oldest first), optionally of one source; for exporters and the worker."""
-        where = "e.status <> 'open'" + (" AND e.source = ?" if source is not None else "")
+        """Every ended episode not excluded by a person (oldest first), optionally of one source; what
+        exporters, replays and the worker read."""
+        where = "e.status <> 'open' AND e.excluded = 0" + (" AND e.source = ?" if source is not None else "")
         params: tuple[Any, ...] = (source.value,) if source is not None else ()
         out: list[Episode] = []
         offset = 0

@@ -254,10 +254,10 @@ class TrainingRuns:
 
 
 _SFT_READY = (
-    "e.source = 'external' AND e.status = 'success' AND e.implicit = 0"
+    "e.source = 'external' AND e.status = 'success' AND e.implicit = 0 AND e.excluded = 0"
     " AND NOT EXISTS (SELECT 1 FROM training_sft_episodes t WHERE t.run = ? AND t.episode_id = e.id)"
 )
-"""Successful, explicit episodes of the IDE's own model that the run has not used yet (in either
+"""Successful, explicit episodes of the IDE's own model, not excluded, that the run has not used yet (in either
 outcome); their reward is filtered after (it is computed from its components)."""
 
 

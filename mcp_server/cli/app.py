@@ -22,7 +22,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-episodes_app = typer.Typer(help="Inspect and export the episode log.", no_args_is_help=True)
+episodes_app = typer.Typer(help="Inspect, export and curate the episode log.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
@@ -255,6 +255,7 @@ def episodes_list(
         typer.echo("no episodes yet: connect an IDE (rlide install --help) and call start_episode", err=True)
     for e in episodes:
         reward = "-" if e.reward_total is None else f"{e.reward_total:+.2f}"
+        reward += " excluded" if e.excluded else ""
         # A policy episode is made of the student's turns (its tool calls, if any, are its steps).
         turns = f"turns={e.turn_count:<4} " if e.source is EpisodeSource.policy else ""
         typer.echo(
@@ -349,7 +350,7 @@ def episodes_export(
             episodes = store.list_episodes(status=EpisodeStatus(status.value) if status else None, limit=10**9)
             count = 0
             for e in episodes:
-                if min_reward is not None and (e.reward_total is None or e.reward_total < min_reward):
+                if e.excluded or (min_reward is not None and (e.reward_total is None or e.reward_total < min_reward)):
                     continue
                 buffer.write(json.dumps(store.detail(e.id).model_dump(mode="json"), ensure_ascii=False) + "\n")
                 count += 1
@@ -373,9 +374,11 @@ def episodes_path() -> None:
 
 
 def _register_subcommands() -> None:
+    from mcp_server.cli import curation
     from mcp_server.cli.index import index, search
     from mcp_server.cli.train import evaluate, policy_app, train_app
 
+    curation.register(episodes_app)
     app.command()(index)
     app.command()(search)
     app.add_typer(train_app, name="train")

@@ -13,13 +13,11 @@ from pydantic import BaseModel, Field
 
 from episodes.db import EpisodeClosed, EpisodeNotFound
 from episodes.records import Episode, EpisodeStatus, RewardSource
+from episodes.rewards import OUTCOME_REWARD
 from mcp_server.middleware import client_name, note_step
 from mcp_server.state import AppState, app_state
 
 log = structlog.get_logger(__name__)
-
-OUTCOME_REWARD = {EpisodeStatus.success: 1.0, EpisodeStatus.failure: -1.0}
-"""An ended episode's outcome becomes a reward; aborted work is neither good nor bad."""
 
 EpisodeId = Annotated[
     str | None,

@@ -114,7 +114,6 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
     assert scenarios[he.id].verifier.kind == "humaneval" and scenarios[he.id].split == "train"
 
 
-
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 def test_a_run_tests_episode_is_re_checked_in_the_sandbox_with_the_students_patch(store: EpisodeStore) -> None:
     from training.scenarios.sandbox_runner import SandboxRunner
