@@ -210,6 +210,28 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX curation_episode ON curation (episode_id)",
         ),
     ),
+    # The agent's work: a tool result kept whole (the text in `blobs`, the column keeps a head), and
+    # the served workspace at start_episode, each run_tests and end_episode: its commit and the files
+    # that differ from it (path -> blob digest, null when deleted), the diff against the commit, and
+    # at the end the episode's solution (the diff from its first state).
+    Migration(
+        "0010_workspace_states",
+        (
+            "ALTER TABLE steps ADD COLUMN result_digest TEXT",
+            """CREATE TABLE workspace_states (
+                id {id},
+                episode_id TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                kind TEXT NOT NULL,
+                commit_id TEXT NOT NULL,
+                files TEXT NOT NULL,
+                omitted TEXT NOT NULL,
+                diff_digest TEXT NOT NULL,
+                solution_digest TEXT,
+                created_at DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX workspace_states_episode ON workspace_states (episode_id, id)",
+        ),
+    ),
 )
 
 

@@ -76,12 +76,18 @@ class Episode(BaseModel):
     excluded: bool = Field(False, description="Excluded by a person: never exported, replayed or trained on.")
 
 
+RECORDER_NOTES = frozenset({"commit", "repo", "changed"})
+"""Keys the MCP server adds to a `run_tests` step's arguments (the workspace it ran on, for replays);
+the tool itself takes none of them, so a conversation rebuilt for training leaves them out."""
+
+
 class Step(BaseModel):
     id: int
     episode_id: str
     tool: str
     arguments: dict[str, Any]
     result_summary: str | None = None
+    result: str | None = Field(None, description="The result whole, as the agent received it (secrets redacted).")
     error: str | None = None
     duration_ms: float
     created_at: datetime
@@ -109,6 +115,28 @@ class EpisodeVerifier(BaseModel):
     )
 
 
+class StateKind(StrEnum):
+    start = "start"
+    run_tests = "run_tests"
+    end = "end"
+
+
+class WorkspaceState(BaseModel):
+    """The served workspace at one moment of an episode: its commit and every file that differs from it."""
+
+    id: int
+    episode_id: str
+    kind: StateKind
+    commit: str = Field(description="HEAD's id; empty before a first commit.")
+    files: dict[str, str | None] = Field(
+        description="Each path that differs from the commit: its text, None if deleted."
+    )
+    omitted: list[str] = Field(description="Changed paths left out, with why (installed files, binary, too large).")
+    diff: str = Field(description="The unified diff of `files` against the commit.")
+    solution: str | None = Field(None, description="At the end: the diff from the episode's first state to this one.")
+    created_at: datetime
+
+
 class CurationAction(StrEnum):
     delete = "delete"
     relabel = "relabel"
@@ -131,3 +159,6 @@ class EpisodeDetail(BaseModel):
     steps: list[Step]
     rewards: list[Reward]
     verifier: EpisodeVerifier | None = None
+    solution: str | None = Field(
+        None, description="The agent's work: the diff of the served workspace from its first state to its end state."
+    )

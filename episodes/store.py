@@ -8,6 +8,7 @@ secrets redacted at the point of the write, and the same queries for SQLite and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -27,13 +28,15 @@ from episodes.records import (
     EpisodeVerifier,
     Reward,
     RewardSource,
+    StateKind,
     Step,
+    WorkspaceState,
     at_epoch,
     from_epoch,
 )
-from episodes.redaction import redact
+from episodes.redaction import redact, redact_text
 from episodes.rewards import DEFAULT_WEIGHTS, OUTCOME_REWARD, RewardWeights
-from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row, json_text
+from episodes.rows import EPISODE_COLUMNS, MAX_TEXT_CHARS, clip_text, episode_from_row, json_text
 from episodes.training_runs import TrainingRuns
 
 
@@ -52,6 +55,37 @@ def _stored_blobs(cur: Cursor, digests: set[str]) -> set[str]:
 
 def _read_blobs(cur: Cursor, digests: set[str]) -> dict[str, str]:
     return {digest: json.loads(text) for digest, text in _blob_rows(cur, "sha256, text", digests)}
+
+
+def _put_blobs(cur: Cursor, blobs: dict[str, str]) -> None:
+    """Store texts by digest (the values JSON-encoded); most are there already (the same files, call
+    after call): they are looked up in one statement and only the new ones inserted."""
+    for digest in blobs.keys() - _stored_blobs(cur, set(blobs)):
+        cur.execute(
+            "INSERT INTO blobs (sha256, text) VALUES (?, ?) ON CONFLICT (sha256) DO NOTHING", (digest, blobs[digest])
+        )
+
+
+def _text_blob(text: str) -> tuple[str, str]:
+    """(digest, stored value) of a text kept whole in `blobs`; surrogatepass: a lone surrogate still hashes."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), json_text(text)
+
+
+def _blob_in_use(cur: Cursor, digest: str) -> bool:
+    """Whether any step or workspace state still refers to a stored text (a digest is 64 hex digits:
+    it appears quoted in a JSON column only where it is referred to)."""
+    quoted = f'%"{digest}"%'
+    checks = (
+        ("SELECT 1 FROM steps WHERE blob_refs LIKE ? LIMIT 1", quoted),
+        ("SELECT 1 FROM steps WHERE result_digest = ? LIMIT 1", digest),
+        ("SELECT 1 FROM workspace_states WHERE files LIKE ? LIMIT 1", quoted),
+        ("SELECT 1 FROM workspace_states WHERE diff_digest = ? OR solution_digest = ? LIMIT 1", digest),
+    )
+    for query, value in checks:
+        params = (value, value) if query.count("?") == 2 else (value,)
+        if cur.execute(query, params).fetchone() is not None:
+            return True
+    return False
 
 
 def _arguments(episode_id: str, step_id: int, stored: Any, refs: Any, blobs: dict[str, str]) -> dict[str, Any]:
@@ -200,33 +234,33 @@ class EpisodeStore:
         duration_ms: float,
         wait: bool = True,
     ) -> int:
-        """Record one tool call. Returns the step id once it is committed.
+        """Record one tool call. Returns the step id once it is committed. `result_summary` is the
+        result as the agent received it: the column keeps its head, a longer one is kept whole
+        once per content in `blobs` (`Step.result`).
 
         `wait=False` raises `StoreBusy` rather than wait for another writer (see `Database`)."""
         check_episode_id(episode_id)
         now = time.time()
         parts = step_blobs.split(redact(arguments))
         refs = json_text(parts.refs) if parts.refs else None
-        values = (json_text(parts.arguments), refs, clip_text(result_summary), clip_text(error))
         # JSON keeps a lone surrogate storable (escaped), as in every other text column.
         blobs = {digest: json_text(text) for digest, text in parts.blobs.items()}
+        result_digest = None
+        if result_summary is not None and len(result_summary) > MAX_TEXT_CHARS:
+            result_digest, stored = _text_blob(redact_text(result_summary))
+            blobs[result_digest] = stored
+        values = (json_text(parts.arguments), refs, clip_text(result_summary), result_digest, clip_text(error))
         with self.db.transaction(write=True, wait=wait) as cur:
             # Steps may land on an ended episode (a late call after end_episode): the record stays whole.
             cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
             row = cur.execute(
-                "INSERT INTO steps (episode_id, tool, arguments, blob_refs, result_summary, error, duration_ms,"
-                " created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?)"
-                " RETURNING id",
+                "INSERT INTO steps (episode_id, tool, arguments, blob_refs, result_summary, result_digest, error,"
+                " duration_ms, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?"
+                " WHERE EXISTS (SELECT 1 FROM episodes WHERE id = ?) RETURNING id",
                 (episode_id, tool, *values, duration_ms, now, episode_id),
             ).fetchone()
             if row is not None:
-                # Most texts are there already (the same files, call after call): look them up in
-                # one statement and insert only the new ones.
-                for digest in blobs.keys() - _stored_blobs(cur, set(blobs)):
-                    cur.execute(
-                        "INSERT INTO blobs (sha256, text) VALUES (?, ?) ON CONFLICT (sha256) DO NOTHING",
-                        (digest, blobs[digest]),
-                    )
+                _put_blobs(cur, blobs)
         if row is None:
             raise EpisodeNotFound(episode_id)
         return int(row[0])
@@ -333,12 +367,19 @@ class EpisodeStore:
         episode = self.get_episode(episode_id)
         with self.db.transaction(write=False) as cur:
             step_rows = cur.execute(
-                "SELECT id, tool, arguments, result_summary, error, duration_ms, created_at, blob_refs FROM steps"
-                " WHERE episode_id = ? ORDER BY id",
+                "SELECT id, tool, arguments, result_summary, error, duration_ms, created_at, blob_refs, result_digest"
+                " FROM steps WHERE episode_id = ? ORDER BY id",
                 (episode_id,),
             ).fetchall()
             refs = {r[0]: json.loads(r[7]) for r in step_rows if r[7] is not None}
-            blobs = _read_blobs(cur, {digest for step_refs in refs.values() for _, digest in step_refs})
+            solution = cur.execute(
+                "SELECT solution_digest FROM workspace_states WHERE episode_id = ? AND solution_digest IS NOT NULL"
+                " ORDER BY id DESC LIMIT 1",
+                (episode_id,),
+            ).fetchone()
+            wanted = {digest for step_refs in refs.values() for _, digest in step_refs}
+            wanted |= {r[8] for r in step_rows if r[8] is not None} | ({solution[0]} if solution else set())
+            blobs = _read_blobs(cur, wanted)
             reward_rows = cur.execute(
                 "SELECT id, source, value, comment, created_at, verified FROM rewards WHERE episode_id = ? ORDER BY id",
                 (episode_id,),
@@ -350,6 +391,7 @@ class EpisodeStore:
                 tool=r[1],
                 arguments=_arguments(episode_id, r[0], json.loads(r[2]), refs.get(r[0]), blobs),
                 result_summary=r[3],
+                result=r[3] if r[8] is None else blobs[r[8]],
                 error=r[4],
                 duration_ms=r[5],
                 created_at=at_epoch(r[6]),
@@ -368,7 +410,78 @@ class EpisodeStore:
             )
             for r in reward_rows
         ]
-        return EpisodeDetail(episode=episode, steps=steps, rewards=rewards, verifier=self.verifier(episode_id))
+        return EpisodeDetail(
+            episode=episode,
+            steps=steps,
+            rewards=rewards,
+            verifier=self.verifier(episode_id),
+            solution=blobs[solution[0]] if solution else None,
+        )
+
+    # -- workspace states: the agent's work ------------------------------------------------------
+
+    def add_workspace_state(
+        self,
+        episode_id: str,
+        kind: StateKind,
+        *,
+        commit: str,
+        files: dict[str, str | None],
+        omitted: list[str],
+        diff: str,
+        solution: str | None = None,
+    ) -> int:
+        """Record the served workspace at one moment of an episode (every text once per content,
+        secrets redacted). Committed when this returns: a killed server keeps it."""
+        check_episode_id(episode_id)
+        blobs: dict[str, str] = {}
+
+        def keep(text: str) -> str:
+            digest, stored = _text_blob(redact_text(text))
+            blobs[digest] = stored
+            return digest
+
+        manifest = {path: None if text is None else keep(text) for path, text in files.items()}
+        row = (kind.value, commit, json_text(manifest), json_text(omitted), keep(diff))
+        solution_digest = None if solution is None else keep(solution)
+        with self.db.transaction(write=True) as cur:
+            if cur.execute("SELECT 1 FROM episodes WHERE id = ?", (episode_id,)).fetchone() is None:
+                raise EpisodeNotFound(episode_id)
+            _put_blobs(cur, blobs)
+            state = cur.execute(
+                "INSERT INTO workspace_states (episode_id, kind, commit_id, files, omitted, diff_digest,"
+                " solution_digest, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (episode_id, *row, solution_digest, time.time()),
+            ).fetchone()
+        return int(state[0])
+
+    def workspace_states(self, episode_id: str) -> list[WorkspaceState]:
+        """The episode's recorded workspace states, oldest first, with their texts."""
+        check_episode_id(episode_id)
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT id, kind, commit_id, files, omitted, diff_digest, solution_digest, created_at"
+                " FROM workspace_states WHERE episode_id = ? ORDER BY id",
+                (episode_id,),
+            ).fetchall()
+            manifests = [json.loads(r[3]) for r in rows]
+            wanted = {d for m in manifests for d in m.values() if d} | {r[5] for r in rows}
+            wanted |= {r[6] for r in rows if r[6]}
+            blobs = _read_blobs(cur, wanted)
+        return [
+            WorkspaceState(
+                id=r[0],
+                episode_id=episode_id,
+                kind=StateKind(r[1]),
+                commit=r[2],
+                files={path: None if d is None else blobs[d] for path, d in manifest.items()},
+                omitted=json.loads(r[4]),
+                diff=blobs[r[5]],
+                solution=None if r[6] is None else blobs[r[6]],
+                created_at=at_epoch(r[7]),
+            )
+            for r, manifest in zip(rows, manifests, strict=True)
+        ]
 
     # -- curation: what a person does to the log ------------------------------------------------
 
@@ -379,17 +492,18 @@ class EpisodeStore:
         if not episode.status.is_terminal:
             raise StoreError(f"episode {episode_id} is open: end it (end_episode) or let it time out, then delete it")
         with self.db.transaction(write=True) as cur:
-            refs = cur.execute(
-                "SELECT blob_refs FROM steps WHERE episode_id = ? AND blob_refs IS NOT NULL", (episode_id,)
-            ).fetchall()
-            digests = {digest for (text,) in refs for _, digest in json.loads(text)}
+            digests: set[str] = set()
+            for refs, result in cur.execute(
+                "SELECT blob_refs, result_digest FROM steps WHERE episode_id = ?", (episode_id,)
+            ).fetchall():
+                digests |= {digest for _, digest in json.loads(refs or "[]")} | ({result} if result else set())
+            for files, diff, solution in cur.execute(
+                "SELECT files, diff_digest, solution_digest FROM workspace_states WHERE episode_id = ?", (episode_id,)
+            ).fetchall():
+                digests |= {d for d in json.loads(files).values() if d} | {diff} | ({solution} if solution else set())
             cur.execute("DELETE FROM episodes WHERE id = ?", (episode_id,))  # the rest cascades
             for digest in sorted(digests):
-                # A digest is 64 hex characters: found in another step's refs only if that step holds it.
-                shared = cur.execute(
-                    "SELECT 1 FROM steps WHERE blob_refs LIKE ? LIMIT 1", (f'%"{digest}"%',)
-                ).fetchone()
-                if shared is None:
+                if not _blob_in_use(cur, digest):
                     cur.execute("DELETE FROM blobs WHERE sha256 = ?", (digest,))
             self._record(cur, episode_id, CurationAction.delete, {"task": episode.task[:200], "reason": reason})
 

@@ -33,7 +33,6 @@ from mcp_server.result_size import result_chars
 
 log = structlog.get_logger(__name__)
 
-SUMMARY_CHARS = 2_000
 _SESSION_STATE_KEY = "rlide.session"
 _T = TypeVar("_T")
 _STEP_NOTES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rlide_step_notes", default=None)
@@ -184,7 +183,7 @@ class EpisodeRecorder:
 
 
 def summarize(result: HandlerResult) -> tuple[str | None, str | None]:
-    """(summary, error) of a tools/call result, as text for the log."""
+    """(result, error) of a tools/call result, as text for the log."""
     if isinstance(result, BaseModel):
         data = result.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(result, dict):
@@ -192,9 +191,8 @@ def summarize(result: HandlerResult) -> tuple[str | None, str | None]:
     else:
         return None, None
     texts = [str(block.get("text", "")) for block in data.get("content") or [] if isinstance(block, dict)]
+    # Whole, as the agent received it: the log keeps a head in the column and the rest once per content.
     text = "\n".join(t for t in texts if t)
-    if len(text) > SUMMARY_CHARS:
-        text = text[:SUMMARY_CHARS] + f"... [{len(text) - SUMMARY_CHARS} more characters]"
     if data.get("isError"):
         return None, text or "error"
     return text or None, None

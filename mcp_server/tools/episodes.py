@@ -12,8 +12,9 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from episodes.db import EpisodeClosed, EpisodeNotFound
-from episodes.records import Episode, EpisodeStatus, RewardSource
+from episodes.records import Episode, EpisodeStatus, RewardSource, StateKind
 from episodes.rewards import OUTCOME_REWARD
+from mcp_server.capture import capture
 from mcp_server.middleware import client_name, note_step
 from mcp_server.state import AppState, app_state
 
@@ -107,6 +108,7 @@ async def start_episode(
     recorder.bind(key, episode.id)
     if test_command is not None and test_command.strip():
         await recorder.run(state.store.name_verifier, episode.id, test_command)
+    await recorder.run(capture, state.store, state.settings.served_workspace, episode.id, StateKind.start)
     return StartEpisodeResult(episode_id=episode.id, task=episode.task, status=episode.status, note=note)
 
 
@@ -124,6 +126,9 @@ async def end_episode(
     target = _resolve(state, ctx, episode_id)
     status = EpisodeStatus(outcome)
     try:
+        # The end state first: the episode's solution is in the log before it says it ended.
+        if (await state.recorder.run(state.store.get_episode, target)).status is EpisodeStatus.open:
+            await state.recorder.run(capture, state.store, state.settings.served_workspace, target, StateKind.end)
         episode = await state.recorder.run(state.store.end_episode, target, status, summary)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes to see valid ids") from exc

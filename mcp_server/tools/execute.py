@@ -28,14 +28,15 @@ from envpool.verifiers import fail_to_pass
 from envpool.verifiers.reports import TestRunOutcome
 from envpool.verifiers.trusted import trusted_files, trusted_in_patch, with_trusted
 from episodes.db import EpisodeNotFound
-from episodes.records import EpisodeVerifier, RewardSource
+from episodes.records import EpisodeVerifier, RewardSource, StateKind
 from episodes.store import EpisodeStore
+from mcp_server.capture import capture
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId
-from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
+from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, Snapshot, SnapshotUnavailable
 
 Files = Annotated[
     dict[str, str] | None,
@@ -120,17 +121,18 @@ SKIPPED_NAMED = 5  # left-out paths named in run_tests' workspace line
 CHANGED_RECORDED = 100  # paths differing from HEAD recorded with a run_tests step
 
 
-def workspace_files(settings: Settings) -> tuple[dict[str, str], str]:
-    """The served working tree's files for a test run and a line saying what was sent (nothing, and
-    why, when no workspace is served or it is not a git working tree). The commit it is at goes into
-    the recorded step, so the episode can be re-checked from that commit later (`training.scenarios.base`)."""
+def workspace_files(settings: Settings) -> tuple[Snapshot | None, str]:
+    """The served working tree as sent to a test run (None when there is none) and a line saying what
+    was sent (nothing, and why, when no workspace is served or it is not a git working tree). The
+    commit it is at goes into the recorded step, so the episode can be re-checked from that commit
+    later (`training.scenarios.base`)."""
     root = settings.served_workspace
     if root is None:
-        return {}, f"not sent: {settings.no_workspace_reason()}"
+        return None, f"not sent: {settings.no_workspace_reason()}"
     try:
         snapshot = GitSnapshots().working_tree(root)
     except NotAWorkingTree as exc:
-        return {}, f"not sent: {exc}; only `files` were (run `git init` there to send its files)"
+        return None, f"not sent: {exc}; only `files` were (run `git init` there to send its files)"
     except SnapshotUnavailable as exc:
         raise ToolError(f"the served workspace cannot be sent: {exc}") from exc
     if snapshot.commit:  # and what differs from it: the files an agent edited on disk (files_touched)
@@ -141,7 +143,7 @@ def workspace_files(settings: Settings) -> tuple[dict[str, str], str]:
         named = ", ".join(snapshot.skipped[:SKIPPED_NAMED])
         more = f" and {len(snapshot.skipped) - SKIPPED_NAMED} more" if len(snapshot.skipped) > SKIPPED_NAMED else ""
         line += f"; left out (binary, symlink, submodule or an untracked credentials file): {named}{more}"
-    return snapshot.files, line
+    return snapshot, line
 
 
 def _request(**fields: Any) -> RunRequest:
@@ -217,11 +219,14 @@ async def run_tests(
         verifier = await state.recorder.run(state.store.verifier, target)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes, or start_episode") from exc
-    sent: dict[str, str] = {}
+    snapshot: Snapshot | None = None
     workspace: str | None = None
     if use_workspace:
-        sent, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
-    run_files = {**sent, **(files or {})}
+        snapshot, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
+        # The agent's work so far, as the tests see it (kept whether or not the run earns a reward).
+        root = state.settings.served_workspace
+        await state.recorder.run(capture, state.store, root, target, StateKind.run_tests, snapshot=snapshot)
+    run_files = {**(snapshot.files if snapshot is not None else {}), **(files or {})}
     if verifier is not None and verifier.command == command and verifier.fail_to_pass is not None:
         touched = trusted_in_patch(patch) if patch else []
         if touched:

@@ -1,8 +1,10 @@
 """Conversations rebuilt from episodes, as chat items the exports and the GRPO groups share.
 
 An `external` episode (the IDE's model acted) becomes: the task as the user turn, each recorded tool
-call as an assistant tool call followed by its result as a tool turn, and the summary as the final
-assistant turn. A `policy` episode (our student acted through the gateway) is rebuilt from its
+call as an assistant tool call (its arguments as the agent sent them) followed by its whole result as
+a tool turn, and the final assistant turn: the summary, then the agent's work as a diff (the served
+workspace from its first state to its end state, `mcp_server.capture`), since the IDE's own edits
+are no tool call of ours. A `policy` episode (our student acted through the gateway) is rebuilt from its
 recorded turns, so its assistant turns are exactly what was sampled.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from episodes.records import EpisodeDetail
+from episodes.records import RECORDER_NOTES, EpisodeDetail
 from episodes.run_records import PolicyTurn
 
 BOOKKEEPING_TOOLS = frozenset({"start_episode", "end_episode", "give_feedback", "list_episodes", "training_status"})
@@ -65,7 +67,7 @@ def external_conversation(
     for step in detail.steps:
         if step.tool in BOOKKEEPING_TOOLS:
             continue
-        args = {k: v for k, v in step.arguments.items() if k != "episode_id"}
+        args = {k: v for k, v in step.arguments.items() if k != "episode_id" and k not in RECORDER_NOTES}
         call_id = f"call_{step.id}"
         arguments: Any = args if arguments_as == "dict" else json.dumps(args, ensure_ascii=False)
         completion.append(
@@ -77,13 +79,16 @@ def external_conversation(
                 ],
             }
         )
-        result = f"Error: {step.error}" if step.error else (step.result_summary or "")
+        result = f"Error: {step.error}" if step.error else (step.result or step.result_summary or "")
         completion.append({"role": "tool", "tool_call_id": call_id, "name": step.tool, "content": result})
         props = schemas.setdefault(step.tool, {})
         for key, value in args.items():
             props.setdefault(key, {"type": _json_type(value)})
-    if detail.episode.summary:
-        completion.append({"role": "assistant", "content": detail.episode.summary})
+    final = [detail.episode.summary or ""]
+    if detail.solution:
+        final.append(f"```diff\n{detail.solution}```")
+    if any(final):
+        completion.append({"role": "assistant", "content": "\n\n".join(part for part in final if part)})
     tools = [
         {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
         for name, props in schemas.items()

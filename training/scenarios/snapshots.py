@@ -21,6 +21,10 @@ are on disk, uncommitted edits included, under the same limits and with the same
 and untracked files that hold credentials too (`memory.indexing.files.is_secret_path`: a `.env`, a key or
 a `.docker/config.json` nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
+`GitSnapshots.changes(repo)` reads only what differs from HEAD (the served workspace's state at each
+tool call of an episode: `mcp_server.capture`), `texts_at` what those paths held at a commit, and
+`unified_diff` turns two such file sets into a diff `patch -p1` applies.
+
 Untracked folders that hold installed or generated files are left out as the indexer leaves them
 out (`memory.indexing.files.VENDORED_DIRS`: `.venv`, `node_modules`, caches, `build`, …, plus any
 folder holding a `pyvenv.cfg`, whatever its name): `python -m venv .venv` writes no `.gitignore`
@@ -30,6 +34,7 @@ are always sent. A tree still too large names its largest folders and how to lea
 
 from __future__ import annotations
 
+import difflib
 import io
 import os
 import shutil
@@ -49,6 +54,8 @@ from training.scenarios.base import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
 """Half a sandbox request: the rest is left for the patch and the test command."""
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+"""git's empty tree: what a repository held before its first commit."""
 _RECORD_FILES = "record the files the tests need with the episode instead"
 _TAR_OVERHEAD = 2048
 """Upper bound of tar bytes per entry besides its content: a header block, a pax header and its
@@ -75,6 +82,42 @@ class Snapshot:
     """Paths left out: binary files, symlinks (and, in a working tree, submodules)."""
     changed: tuple[str, ...] = ()
     """Of a working tree: the paths whose state differs from HEAD's (edited, added, deleted)."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A working tree against its HEAD: the files that differ, as text (None: deleted)."""
+
+    commit: str
+    files: dict[str, str | None]
+    omitted: tuple[str, ...] = ()
+    """Changed paths left out, each with why: "a/.venv/ (installed files)", "logo.png (binary)"."""
+
+
+def unified_diff(old: dict[str, str | None], new: dict[str, str | None]) -> str:
+    """A `git apply`/`patch -p1` diff from `old` to `new` (path -> text, None or absent: no file)."""
+    out: list[str] = []
+    for path in sorted(old.keys() | new.keys()):
+        before, after = old.get(path), new.get(path)
+        if before == after:
+            continue
+        lines = difflib.unified_diff(
+            _lines(before), _lines(after),
+            fromfile="/dev/null" if before is None else f"a/{path}",
+            tofile="/dev/null" if after is None else f"b/{path}",
+        )  # fmt: skip
+        for line in lines:
+            # A last line without a newline gets the marker `patch` expects after it.
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _lines(text: str | None) -> list[str]:
+    """Lines as `patch` counts them: split at "\\n" only (a "\\r" or form feed stays in its line)."""
+    if text is None:
+        return []
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 class GitSnapshots:
@@ -179,6 +222,93 @@ class GitSnapshots:
         head = self._git(root, "rev-parse", "--verify", "--quiet", "HEAD")
         commit = head.stdout.decode().strip() if head.returncode == 0 else ""
         return Snapshot(commit=commit, files=files, skipped=tuple(skipped), changed=self._changed(root))
+
+    def changes(self, repo: str | Path, *, max_bytes: int | None = None) -> Changes:
+        """What differs from HEAD in the working tree at `repo`, as `working_tree` would send it:
+        the text of every changed or new file, None for a deleted one; installed folders, untracked
+        credentials, binaries, symlinks and what would pass `max_bytes` (default: this reader's)
+        are left out and named. Reads only the changed files: cheap at every tool call."""
+        root = self._repository(repo)
+        probe = self._git(root, "rev-parse", "--is-inside-work-tree")
+        if probe.returncode != 0:
+            raise NotAWorkingTree(f"{root} is not a git working tree: {self._why(probe)}")
+        head = self._git(root, "rev-parse", "--verify", "--quiet", "HEAD")
+        commit = head.stdout.decode().strip() if head.returncode == 0 else ""
+        tracked = set(self._git(root, "ls-files", "-z").stdout.decode("utf-8", "replace").split("\0"))
+        installed = _InstalledFolders(root)
+        budget = self.max_bytes if max_bytes is None else max_bytes
+        files: dict[str, str | None] = {}
+        omitted: list[str] = []
+        for rel in self._changed(root):
+            if rel not in tracked:
+                folder = installed.holding(rel)
+                if folder is not None:
+                    if f"{folder} (installed files)" not in omitted:
+                        omitted.append(f"{folder} (installed files)")
+                    continue
+                if is_secret_path(rel):
+                    omitted.append(f"{rel} (credentials)")
+                    continue
+            try:
+                raw = _read_no_follow(root / rel)
+            except FileNotFoundError:
+                files[rel] = None  # deleted
+                continue
+            except OSError:  # a symlink, a submodule's folder
+                omitted.append(f"{rel} (not a regular file)")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                omitted.append(f"{rel} (binary)")
+                continue
+            if len(raw) > budget:
+                omitted.append(f"{rel} (too large: {len(raw)} bytes)")
+                continue
+            budget -= len(raw)
+            files[rel] = text
+        return Changes(commit=commit, files=files, omitted=tuple(omitted))
+
+    def texts_at(self, repo: str | Path, commit: str, paths: Iterable[str]) -> dict[str, str | None]:
+        """The text of each path at `commit` (None: absent there, or not text), in one git call."""
+        wanted = sorted(set(paths))
+        if not wanted or not commit:
+            return dict.fromkeys(wanted)
+        root = self._repository(repo)
+        prefix = self._git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
+        request = "".join(f"{commit}:{prefix}{path}\n" for path in wanted).encode()
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(root), "cat-file", "--batch"],
+                input=request, capture_output=True, timeout=self.timeout_s, env=env, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise SnapshotUnavailable(f"git cat-file in {root} took longer than {self.timeout_s:.0f}s") from exc
+        out, at = done.stdout, 0
+        texts: dict[str, str | None] = {}
+        for path in wanted:
+            end = out.index(b"\n", at)
+            header = out[at:end].split()
+            at = end + 1
+            if len(header) != 3:  # "<name> missing": not in that commit
+                texts[path] = None
+                continue
+            size = int(header[2])
+            body, at = out[at : at + size], at + size + 1
+            try:
+                texts[path] = body.decode("utf-8") if header[1] == b"blob" else None
+            except UnicodeDecodeError:
+                texts[path] = None
+        return texts
+
+    def changed_between(self, repo: str | Path, first: str, last: str) -> set[str]:
+        """The paths under `repo` that differ between two commits ("" for none yet: every path of `last`)."""
+        root = self._repository(repo)
+        done = self._git(root, "diff", "--name-only", "--relative", "-z", first or _EMPTY_TREE, last)
+        if done.returncode != 0:
+            raise SnapshotUnavailable(f"git diff {first[:12]}..{last[:12]} in {root} failed: {self._why(done)}")
+        return {name for name in done.stdout.decode("utf-8", "replace").split("\0") if name}
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -339,4 +469,12 @@ def _read_no_follow(path: Path) -> bytes:
         return f.read()
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "GitSnapshots", "NotAWorkingTree", "Snapshot", "SnapshotUnavailable"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Changes",
+    "GitSnapshots",
+    "NotAWorkingTree",
+    "Snapshot",
+    "SnapshotUnavailable",
+    "unified_diff",
+]
