@@ -26,6 +26,7 @@ from mcp_server.capture import capture
 from tests.git_repos import git
 from tests.mcp_calls import call_ok
 from training.data.export import export
+from training.scenarios.snapshots import unified_diff
 
 CALC = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -150,3 +151,44 @@ def _assert_gone(pid: int) -> None:
 
     with contextlib.suppress(psutil.NoSuchProcess):
         assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
+async def test_a_replay_starts_from_the_uncommitted_bug_not_the_clean_commit(project: Path, tmp_path: Path) -> None:
+    """The bug is an uncommitted edit (the usual case): the commit alone passes its tests, so a replay
+    from it taught nothing. The replay is the start state, with the context to act and a verifier
+    that pays the fix."""
+    from mcp_server.server import build_server
+    from mcp_server.settings import load_settings
+    from training.scenarios.base import check_verifier, scenarios_from_log, verify
+    from training.scenarios.sandbox_runner import SandboxRunner
+
+    (project / "calc.py").write_text(FIXED)
+    git(project, "commit", "-q", "-am", "add adds")  # the clean commit passes
+    (project / "calc.py").write_text(CALC)  # the bug, uncommitted
+    settings = load_settings(home=tmp_path / "home", workspace=project, pool_envs=1)
+    async with Client(build_server(settings), mode="legacy") as client:
+        await call_ok(client, "start_episode", {"task": "make add add"})
+        failed = await call_ok(client, "run_tests", {"test_command": "python -m pytest -q tests"})
+        assert failed["reward"] == -1.0
+        (project / "calc.py").write_text(FIXED)
+        assert (await call_ok(client, "run_tests", {"test_command": "python -m pytest -q tests"}))["reward"] == 1.0
+        await call_ok(client, "end_episode", {"outcome": "success", "summary": "fixed add"})
+
+    store = EpisodeStore.open(settings.episode_db_url)
+    runner = SandboxRunner()
+    try:
+        [scenario] = scenarios_from_log(store)
+        assert scenario.workspace_ref == git(project, "rev-parse", "HEAD")
+        assert scenario.verifier.data["files"]["calc.py"] == CALC  # the uncommitted bug
+        prompt = scenario.messages[-1]["content"]
+        assert prompt.startswith("make add add") and "assert -1 == 5" in prompt  # how the tests failed
+        assert f"calc.py as it is now:\n```\n{CALC}" in prompt and "```diff block" in prompt
+        check_verifier(scenario, workspace_runner=runner)  # its start state fails: a scenario
+        fix = f"```diff\n{unified_diff({'calc.py': CALC}, {'calc.py': FIXED})}```"
+        assert verify(scenario, fix, workspace_runner=runner) == 1.0
+        assert verify(scenario, "I would leave it", workspace_runner=runner) == 0.0
+    finally:
+        runner.close()
+        store.close()

@@ -33,7 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -41,9 +41,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from envpool.tasks.humaneval import CodingTask
 from envpool.verifiers import fail_to_pass
 from envpool.verifiers.reports import TestRunOutcome
-from envpool.verifiers.trusted import trusted_in_patch
+from envpool.verifiers.trusted import patched_paths, trusted_in_patch
 from envpool.verifiers.values import CallsUnavailable, Verdict, judge
-from episodes.records import Episode, EpisodeDetail, RewardSource
+from episodes.records import Episode, EpisodeDetail, RewardSource, StateKind, Step, WorkspaceState
 from episodes.store import EpisodeStore
 from training.scenarios.toy import digit_share
 
@@ -76,8 +76,9 @@ class ProgramRunner(Protocol):
 
 @runtime_checkable
 class WorkspaceRunner(Protocol):
-    """Runs tests on a fresh workspace: `files`, or when there are none the snapshot `snapshot`
-    names (a git ref of the repository at `workspace`), with the student's `patch` applied first.
+    """Runs tests on a fresh workspace: the snapshot `snapshot` names (a git ref of the repository
+    at `workspace`) with `files` written over it and `deleted` removed, or without a snapshot the
+    `files` alone, with the student's `patch` applied first.
     The tests are a shell `test_command` or Python test code `tests` (exactly one, as envpool's
     `TestRunRequest` takes them). `training.scenarios.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
 
@@ -91,6 +92,7 @@ class WorkspaceRunner(Protocol):
         patch: str | None,
         timeout_s: float,
         workspace: str | None = None,
+        deleted: Sequence[str] = (),
     ) -> RunOutcome: ...
 
 
@@ -236,6 +238,7 @@ def _run_command(scenario: Scenario, runner: WorkspaceRunner, patch: str | None,
         patch=patch,
         timeout_s=float(data.get("timeout_s", timeout_s)),
         workspace=scenario.workspace,
+        deleted=tuple(data.get("deleted") or ()),
     )
     if outcome.tests is None:
         raise VerifierUnavailable(f"{scenario.id}: the workspace runner returned no test report")
@@ -257,7 +260,7 @@ def _verifier_sets(scenario: Scenario, runner: WorkspaceRunner, timeout_s: float
         scenario.id,
         scenario.workspace or "",
         scenario.workspace_ref or "",
-        json.dumps({k: data.get(k) for k in ("command", "tests", "files")}, sort_keys=True),
+        json.dumps({k: data.get(k) for k in ("command", "tests", "files", "deleted")}, sort_keys=True),
     )
     if key not in _START_SETS:
         start = _run_command(scenario, runner, None, timeout_s)
@@ -404,7 +407,7 @@ def _humaneval_by_id() -> dict[str, dict[str, Any]]:
     return {p["task_id"]: p for p in humaneval_problems()}
 
 
-def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
+def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState] = ()) -> Scenario | None:
     """The scenario an ended episode can be re-checked as, or None.
 
     Which workspace a command scenario is verified against: the episode's FIRST re-checkable test
@@ -414,6 +417,11 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
     that ends in passing tests recorded the fixed files there, every rollout would pass on them
     whatever it wrote, and the group would have no variance to learn from. The first run's `patch`
     argument is left out too: it is the agent's change, which the student has to write itself.
+
+    An episode whose served workspace was captured (`states`, `mcp_server.capture`) replays from its
+    exact start state: the commit with the uncommitted edits of that moment (the usual home of the
+    bug), not the clean commit; its prompt then also holds what the student needs to act: how the
+    tests failed, the files the agent changed as they were, and the form of the answer.
     """
     episode: Episode = detail.episode
     messages = ({"role": "user", "content": episode.task},)
@@ -450,7 +458,7 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
             if verifier.command != named:
                 continue
             check |= {"fail_to_pass": verifier.fail_to_pass, "pass_to_pass": verifier.pass_to_pass or []}
-        files = args.get("files") if isinstance(args.get("files"), dict) else {}
+        files: dict[str, Any] = args["files"] if isinstance(args.get("files"), dict) else {}
         # Without recorded files the run needs the commit it was made at: the workspace's
         # current state is not the episode's, so a run with neither is not re-checkable.
         snapshot = args.get("snapshot") or args.get("commit")
@@ -458,6 +466,12 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
             continue
         repo = args.get("repo") or args.get("workspace") or episode.workspace
         data: dict[str, Any] = {**check, "files": files}
+        start = next((s for s in states if s.kind is StateKind.start), states[0] if states else None)
+        if start is not None and snapshot:  # a run on the served workspace: replay its exact start
+            snapshot = start.commit or None  # before a first commit every file is in the state
+            data["files"] = {**{p: t for p, t in start.files.items() if t is not None}, **files}
+            data["deleted"] = sorted(p for p, t in start.files.items() if t is None)
+            messages = ({"role": "user", "content": _replay_prompt(episode.task, step, detail.solution, start)},)
         timeout = args.get("timeout_s")
         if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= 600:
             data["timeout_s"] = float(timeout)
@@ -472,6 +486,32 @@ def _scenario_from_detail(detail: EpisodeDetail) -> Scenario | None:
     return None
 
 
+PROMPT_OUTPUT_CHARS = 3_000
+PROMPT_FILE_CHARS = 8_000
+PROMPT_FILES = 3
+
+
+def _replay_prompt(task: str, failing: Step, solution: str | None, start: WorkspaceState) -> str:
+    """The task, how the tests failed (the tail of the first run's output), the files the agent's
+    solution changed as they were at the start, and the form of an answer the verifier applies."""
+    parts = [task]
+    output = failing.result or failing.result_summary or ""
+    try:  # rlide's run_tests answers JSON: its stdout and stderr are what the agent read
+        answer = json.loads(output)
+        output = f"{answer.get('stdout') or ''}{answer.get('stderr') or ''}" if isinstance(answer, dict) else output
+    except ValueError:
+        pass
+    if output.strip():
+        parts.append(f"The tests fail like this:\n```\n{output[-PROMPT_OUTPUT_CHARS:]}\n```")
+    changed = sorted(patched_paths(solution)) if solution else []
+    for path in [p for p in changed if start.files.get(p) is not None][:PROMPT_FILES]:
+        parts.append(f"{path} as it is now:\n```\n{str(start.files[path])[:PROMPT_FILE_CHARS]}\n```")
+    if changed:
+        parts.append("Files to change: " + ", ".join(changed))
+    parts.append("Answer with a unified diff in a ```diff block that `patch -p1` applies at the workspace root.")
+    return "\n\n".join(parts)
+
+
 def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None = None) -> list[Scenario]:
     """Ended episodes whose reward can be re-checked: a HumanEval task id, or a test command (or test code) with a
     `tests` reward and either its files or the commit (`snapshot`/`commit` argument) it ran at."""
@@ -479,7 +519,7 @@ def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None =
     for episode in episodes if episodes is not None else store.terminal_episodes():
         if episode.implicit:
             continue
-        scenario = _scenario_from_detail(store.detail(episode.id))
+        scenario = _scenario_from_detail(store.detail(episode.id), store.workspace_states(episode.id))
         if scenario is not None:
             out.append(scenario)
     return out
@@ -511,6 +551,7 @@ class LogScenarios:
                 seen[episode.id] = cached
                 continue
             self.detail_reads += 1
-            seen[episode.id] = (version, _scenario_from_detail(store.detail(episode.id)))
+            detail = store.detail(episode.id)
+            seen[episode.id] = (version, _scenario_from_detail(detail, store.workspace_states(episode.id)))
         self._seen = seen
         return [scenario for _, scenario in seen.values() if scenario is not None]

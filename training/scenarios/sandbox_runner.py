@@ -6,6 +6,8 @@ sandbox as the MCP tools, never a bare subprocess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from envpool.sandbox import RunRequest, RunResult, RunStatus, Sandbox, TestRunRequest, make_sandbox, prepare_test_run
 from envpool.sandbox.base import InvalidRequest, read_test_run
 from envpool.verifiers.reports import TestRunOutcome
@@ -31,9 +33,10 @@ def _outcome(result: RunResult, tests: TestRunOutcome | None = None) -> RunOutco
 class SandboxRunner:
     """A `ProgramRunner` and `WorkspaceRunner` over one envpool sandbox backend (thread-safe).
 
-    A workspace is the `files` given, or else the git commit `snapshot` of the repository
-    `workspace`, read by `snapshots` (size-capped; git runs here, outside the sandbox, only to
-    read the repository; the tests run inside it)."""
+    A workspace is the git commit `snapshot` of the repository `workspace`, read by `snapshots`
+    (size-capped; git runs here, outside the sandbox, only to read the repository; the tests run
+    inside it), with `files` written over it and `deleted` removed (an episode's exact start
+    state); without a snapshot, the `files` alone."""
 
     def __init__(self, backend: str = "bwrap", *, snapshots: GitSnapshots | None = None) -> None:
         self.sandbox: Sandbox = make_sandbox(backend)
@@ -52,8 +55,9 @@ class SandboxRunner:
         patch: str | None,
         timeout_s: float,
         workspace: str | None = None,
+        deleted: Sequence[str] = (),
     ) -> RunOutcome:
-        files = self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
+        files = self._workspace_files(snapshot=snapshot, files=files, workspace=workspace, deleted=deleted)
         test = TestRunRequest(files=files, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s)
         try:
             request = prepare_test_run(test)
@@ -67,16 +71,21 @@ class SandboxRunner:
         scenario whose repository or commit is gone is skipped before its completions are sampled."""
         self._workspace_files(snapshot=snapshot, files=files, workspace=workspace)
 
-    def _workspace_files(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> dict[str, str]:
-        if files:
-            return files
+    def _workspace_files(
+        self, *, snapshot: str | None, files: dict[str, str], workspace: str | None, deleted: Sequence[str] = ()
+    ) -> dict[str, str]:
         if snapshot is None:
-            raise VerifierUnavailable("nothing to run the tests on: no files and no snapshot")
+            if not files:
+                raise VerifierUnavailable("nothing to run the tests on: no files and no snapshot")
+            return files
         if workspace is None:
             raise VerifierUnavailable(
                 f"workspace snapshot {snapshot!r} names no repository: record the episode's workspace"
             )
-        return self.snapshots.files(workspace, snapshot).files
+        merged = {**self.snapshots.files(workspace, snapshot).files, **files}
+        for path in deleted:
+            merged.pop(path, None)
+        return merged
 
     def close(self) -> None:
         self.sandbox.close()
