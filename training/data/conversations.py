@@ -10,7 +10,10 @@ recorded turns, so its assistant turns are exactly what was sampled.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from episodes.records import RECORDER_NOTES, EpisodeDetail
@@ -18,6 +21,28 @@ from episodes.run_records import PolicyTurn
 
 BOOKKEEPING_TOOLS = frozenset({"start_episode", "end_episode", "give_feedback", "list_episodes", "training_status"})
 """rlide's own episode tools: the log's scaffolding, not part of the work being learned."""
+TOOL_SCHEMAS = Path(__file__).with_name("tool_schemas.json")
+"""rlide's tools as its MCP server publishes them (descriptions, types, required fields), written by
+`scripts/gen_reference.py`, which a test runs to keep it current."""
+
+
+@functools.cache
+def _published() -> dict[str, dict[str, Any]]:
+    return {tool["function"]["name"]: tool for tool in json.loads(TOOL_SCHEMAS.read_text(encoding="utf-8"))}
+
+
+def tool_schema(name: str, used: dict[str, Any]) -> dict[str, Any]:
+    """The tool as a chat template takes it: rlide's published schema, without `episode_id` (the
+    log's bookkeeping), or, for another server's tool, the types of the arguments it was called with."""
+    published = _published().get(name)
+    if published is None:
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": used}}}
+    tool = copy.deepcopy(published)
+    parameters = tool["function"]["parameters"]
+    parameters.get("properties", {}).pop("episode_id", None)
+    if "required" in parameters:
+        parameters["required"] = [field for field in parameters["required"] if field != "episode_id"]
+    return tool
 
 
 def policy_conversation(turns: list[PolicyTurn]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[int]]:
@@ -89,8 +114,4 @@ def external_conversation(
         final.append(f"```diff\n{detail.solution}```")
     if any(final):
         completion.append({"role": "assistant", "content": "\n\n".join(part for part in final if part)})
-    tools = [
-        {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
-        for name, props in schemas.items()
-    ]
-    return prompt, completion, tools
+    return prompt, completion, [tool_schema(name, props) for name, props in schemas.items()]

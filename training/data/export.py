@@ -3,8 +3,9 @@
     sft  {"messages": [...], "tools": [...]}                 TRL SFTTrainer's conversational layout;
                                                             tool calls as {"type": "function",
                                                             "function": {"name", "arguments": {dict}}}
-    dpo  {"prompt": [...], "chosen": [...], "rejected": [...]}  TRL DPOTrainer's conversational layout,
-                                                            pairs of episodes of the same task
+    dpo  {"prompt": [...], "chosen": [...], "rejected": [...], "tools"}  TRL DPOTrainer's conversational
+                                                            layout, pairs of episodes of the same task
+                                                            whose rewards differ by MIN_MARGIN or more
     art  {"trajectories": [{"messages_and_choices", "tools", "reward", "metadata"}], "metadata"}
                                                             one line per task; policy turns keep their
                                                             `Choice` (codec-tagged, logprobs exact);
@@ -32,6 +33,9 @@ Format = Literal["sft", "dpo", "art"]
 FORMATS: tuple[str, ...] = ("sft", "dpo", "art")
 
 MAX_PAIRS_PER_TASK = 16
+MIN_MARGIN = 0.5
+"""The least reward gap between a DPO pair's chosen and rejected episodes: two rewards closer than
+that (on [-1, 1]) say little about which episode was better."""
 
 
 class ExportError(ValueError):
@@ -138,7 +142,9 @@ def sft_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
     return records
 
 
-def dpo_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
+def dpo_records(
+    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
+) -> list[dict[str, Any]]:
     records = []
     for convs in _by_task(_conversations(store)).values():
         ranked = sorted(convs, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
@@ -149,8 +155,9 @@ def dpo_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
                 break
             for rejected in ranked[i + 1 :]:
                 assert rejected.reward is not None
-                if rejected.reward >= chosen.reward or pairs >= MAX_PAIRS_PER_TASK:
+                if chosen.reward - rejected.reward < min_margin or pairs >= MAX_PAIRS_PER_TASK:
                     continue
+                tools = {t["function"]["name"]: t for t in [*chosen.tools, *rejected.tools]}
                 records.append(
                     {
                         "prompt": chosen.prompt,
@@ -158,6 +165,7 @@ def dpo_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
                         "rejected": rejected.completion,
                         "score_chosen": chosen.reward,
                         "score_rejected": rejected.reward,
+                        **({"tools": list(tools.values())} if tools else {}),
                     }
                 )
                 pairs += 1

@@ -10,7 +10,7 @@ import pytest
 from episodes.records import EpisodeStatus
 from episodes.store import EpisodeStore
 from tests.logdata import external_episode, policy_episode
-from training.data.export import ExportError, export
+from training.data.export import ExportError, dpo_records, export
 
 pytest.importorskip("openai")  # policy turns are built from real `Choice` objects
 
@@ -47,6 +47,11 @@ def test_sft_keeps_successes_in_trl_tool_call_layout(log: EpisodeStore) -> None:
     assert call["function"] == {"name": "search_code", "arguments": {"query": "parse config"}}  # episode_id dropped
     assert ext["messages"][2]["tool_call_id"] == call["id"]
     assert {t["function"]["name"] for t in ext["tools"]} == {"search_code", "run_tests"}  # no bookkeeping tools
+    # The server's own schemas (descriptions, required fields), not types guessed from the calls.
+    search = next(t["function"] for t in ext["tools"] if t["function"]["name"] == "search_code")
+    assert search["description"].startswith("Search the workspace's code")
+    assert search["parameters"]["required"] == ["query"]
+    assert "episode_id" not in search["parameters"]["properties"] and "k" in search["parameters"]["properties"]
     pol = next(r for r in records if r["messages"][1]["content"] == "fix the failing test")
     assert [m["role"] for m in pol["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     assert pol["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"path": "tests/"}
@@ -74,6 +79,9 @@ def test_dpo_pairs_episodes_of_the_same_task_by_reward(log: EpisodeStore) -> Non
         assert pair["prompt"][-1]["role"] == "user"
         assert pair["chosen"][0]["role"] == "assistant" and pair["rejected"][0]["role"] == "assistant"
     assert len(run(log, "dpo", min_reward=0.8)) == 3
+    assert all({t["function"]["name"] for t in pair["tools"]} >= {"search_code"} for pair in pairs[:3])
+    wide = dpo_records(log, min_margin=0.6)  # 1 over 0.5 is too close to say which was better
+    assert sorted((p["score_chosen"], p["score_rejected"]) for p in wide) == [(0.5, -1.0), (1.0, -1.0), (1.0, -1.0)]
 
 
 def test_art_groups_round_trip_to_real_choices(log: EpisodeStore) -> None:
