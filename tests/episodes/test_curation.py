@@ -108,15 +108,7 @@ def test_an_excluded_episode_reaches_no_export_replay_or_training(any_store: Epi
     assert actions == [CurationAction.exclude, CurationAction.include]
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("RLIDE_HOME", str(tmp_path))
-    monkeypatch.delenv("RLIDE_DATABASE_URL", raising=False)
-    monkeypatch.delenv("RLIDE_CONFIG", raising=False)
-    return tmp_path
-
-
-def test_the_cli_curates_and_says_what_it_did(home: Path) -> None:
+def test_the_cli_curates_and_says_what_it_did(rlide_home: Path) -> None:
     cli = CliRunner()
     store = EpisodeStore.open(load_settings().episode_db_url)
     first = external_episode(store, "rename the loader", 1.0)
