@@ -133,6 +133,10 @@ def cleanup_stale() -> None:
         for group in parent.iterdir():
             owner = group.name.split("-", 1)[0]
             if group.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                for inner in [*group.glob("run-*"), group]:
+                try:
+                    inner_groups = [*group.glob("run-*"), group]
+                except FileNotFoundError:  # another sandbox starting now removed it first
+                    continue
+                for inner in inner_groups:
                     with contextlib.suppress(OSError):
                         inner.rmdir()

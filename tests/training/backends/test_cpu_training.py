@@ -159,15 +159,15 @@ def test_sft_on_exported_records_lowers_the_loss(tmp_path: Path) -> None:
     assert export(store, "sft", None, out) == 3
     store.close()
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    backend = make_backend(BackendConfig(path=tmp_path / "art", max_seq_len=1024))
+    backend = make_backend(BackendConfig(path=tmp_path / "art", max_seq_len=4096))
     backend.start()
     ids, labels = sft_example(backend.tokenizer, records[0]["messages"], records[0].get("tools"))
     learned = backend.tokenizer.decode([t for t, lab in zip(ids, labels, strict=True) if lab != -100])
     assert "search_code" in learned and "done: make the parser" in learned  # tool calls and the answer
     assert "config.py:12" not in learned  # tool results are context, not targets
-    losses = [backend.train_sft(records).metrics["losses/sft_loss"] for _ in range(4)]
+    losses = [backend.train_sft(records).metrics["losses/sft_loss"] for _ in range(8)]
     assert losses[-1] < losses[0] * 0.8, losses
-    assert checkpoint_steps(BackendConfig(path=tmp_path / "art").model_dir())[-1] == 4
+    assert checkpoint_steps(BackendConfig(path=tmp_path / "art").model_dir())[-1] == len(losses)
     backend.close()
 
 
@@ -187,7 +187,7 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
         external_episode(store, f"make the parser accept comments #{i}", 1.0)
     external_episode(store, "a failed attempt", -1.0)
     store.close()
-    backend = BackendConfig(path=tmp_path / "art", max_seq_len=1024)
+    backend = BackendConfig(path=tmp_path / "art", max_seq_len=4096)
     cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None)
 
     report = train(cfg, once=True)
