@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import cli_settings, echo_json, fail, open_store, visible
+from mcp_server.cli.common import JsonFlag, cli_settings, echo_json, fail, open_store, visible
 from mcp_server.settings import Settings
 
 app = typer.Typer(
@@ -24,8 +24,6 @@ app = typer.Typer(
 )
 episodes_app = typer.Typer(help="Inspect, export and curate the episode log.", no_args_is_help=True)
 app.add_typer(episodes_app, name="episodes")
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 
 
 @app.command()
@@ -376,6 +374,7 @@ def episodes_path() -> None:
 def _register_subcommands() -> None:
     from mcp_server.cli import curation
     from mcp_server.cli.index import index, search
+    from mcp_server.cli.models import models_app
     from mcp_server.cli.train import evaluate, policy_app, train_app
 
     curation.register(episodes_app)
@@ -383,6 +382,7 @@ def _register_subcommands() -> None:
     app.command()(search)
     app.add_typer(train_app, name="train")
     app.add_typer(policy_app, name="policy")
+    app.add_typer(models_app, name="models")
     app.command("eval")(evaluate)
 
 

