@@ -232,6 +232,25 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX workspace_states_episode ON workspace_states (episode_id, id)",
         ),
     ),
+    # Why the worker set an external episode aside (no conversation, longer than the trainer's
+    # max_seq_len, nothing to learn from): `rlide train status` shows it, not only a log line.
+    Migration("0011_sft_skip_reason", ("ALTER TABLE training_sft_episodes ADD COLUMN reason TEXT",)),
+    # The run's DPO cursor: each preference pair (chosen episode, rejected episode) is used once.
+    Migration(
+        "0012_dpo_cursor",
+        (
+            """CREATE TABLE training_dpo_pairs (
+                run TEXT NOT NULL REFERENCES training_runs (name) ON DELETE CASCADE,
+                chosen TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                rejected TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                step INTEGER NOT NULL,
+                outcome TEXT NOT NULL CHECK (outcome IN ('trained', 'unusable')),
+                reason TEXT,
+                created_at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY (run, chosen, rejected)
+            )""",
+        ),
+    ),
 )
 
 

@@ -106,6 +106,16 @@ class SftCounts(BaseModel):
     steps: int = 0
     episodes_trained: int = 0
     episodes_unusable: int = 0
+    unusable_reasons: dict[str, int] = {}
+    """Why episodes were set aside, with how many each reason covers."""
+    latest_unusable: str | None = None
+    """The latest episode set aside, and why."""
+
+
+class DpoCounts(BaseModel):
+    steps: int = 0
+    pairs_trained: int = 0
+    pairs_unusable: int = 0
 
 
 class TrainingStepRecord(BaseModel):

@@ -1,8 +1,9 @@
-"""Training runs in the episode log: each run's cursor, history, consumed groups and SFT cursor.
+"""Training runs in the episode log: each run's cursor, history, consumed groups, SFT and DPO cursors.
 
-`TrainingRuns` reads and writes tables `training_runs`, `training_groups`, `training_steps` and
-`training_sft_episodes` over the database an `EpisodeStore` opened and migrated (the store holds one
-as `store.runs`). The worker writes them; `training.worker.status` reads them without torch or ART.
+`TrainingRuns` reads and writes tables `training_runs`, `training_groups`, `training_steps`,
+`training_sft_episodes` and `training_dpo_pairs` over the database an `EpisodeStore` opened and
+migrated (the store holds one as `store.runs`). The worker writes them; `training.worker.status`
+reads them without torch or ART.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from episodes.records import Episode, at_epoch
 from episodes.rewards import DEFAULT_WEIGHTS, RewardWeights
 from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row
 from episodes.run_records import (
+    DpoCounts,
     GroupOutcome,
     RunState,
     SftCounts,
@@ -162,7 +164,7 @@ class TrainingRuns:
         *,
         step: int,
         trained: list[str],
-        unusable: list[str],
+        unusable: dict[str, str],
         metrics: dict[str, Any] | None = None,
     ) -> TrainingRun:
         """Record the episodes an SFT step used and advance the run to `step`, in one transaction.
@@ -173,32 +175,90 @@ class TrainingRuns:
         """
         now = time.time()
         with self.db.transaction(write=True) as cur:
-            row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                raise StoreError(f"no training run named {name!r}")
-            expected = row[0] + 1 if trained else row[0]
-            if step != expected:
-                raise StoreError(f"training run {name!r} is at step {row[0]}; cannot commit SFT step {step}")
-            outcomes = [(e, SftOutcome.trained) for e in trained] + [(e, SftOutcome.unusable) for e in unusable]
-            for episode_id, outcome in outcomes:
+            self._check_next_step(cur, name, step, trained=bool(trained), what="SFT")
+            outcomes: list[tuple[str, SftOutcome, str | None]] = [(e, SftOutcome.trained, None) for e in trained]
+            outcomes += [(e, SftOutcome.unusable, why) for e, why in unusable.items()]
+            for episode_id, outcome, reason in outcomes:
                 cur.execute(
-                    "INSERT INTO training_sft_episodes (run, episode_id, step, outcome, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (name, episode_id, step, outcome.value, now),
+                    "INSERT INTO training_sft_episodes (run, episode_id, step, outcome, reason, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, episode_id, step, outcome.value, reason, now),
                 )
-            cur.execute(
-                "UPDATE training_runs SET step = ?, sft_skipped = 0, sft_skip_reason = NULL, updated_at = ?"
-                " WHERE name = ?",
-                (step, now, name),
+            cur.execute("UPDATE training_runs SET sft_skipped = 0, sft_skip_reason = NULL WHERE name = ?", (name,))
+            self._advance(
+                cur, name, step, {**(metrics or {}), "charts/sft_episodes": len(trained)} if trained else None
             )
-            if trained:
-                cur.execute(
-                    "INSERT INTO training_steps (run, step, reward_mean, reward_std, groups_trained,"
-                    " groups_skipped_zero_variance, groups_skipped_stale, metrics, created_at)"
-                    " VALUES (?, ?, NULL, NULL, 0, 0, 0, ?, ?)",
-                    (name, step, json.dumps({**(metrics or {}), "charts/sft_episodes": len(trained)}), now),
-                )
         return self.get_run(name)
+
+    # -- DPO on preference pairs: the run's cursor over (chosen, rejected) episode pairs ------------
+
+    def dpo_used(self, name: str) -> set[tuple[str, str]]:
+        """The (chosen, rejected) pairs run `name` has trained on or set aside."""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute("SELECT chosen, rejected FROM training_dpo_pairs WHERE run = ?", (name,)).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+    def commit_dpo_step(
+        self,
+        name: str,
+        *,
+        step: int,
+        trained: list[tuple[str, str]],
+        unusable: dict[tuple[str, str], str],
+        metrics: dict[str, Any] | None = None,
+    ) -> TrainingRun:
+        """Record the pairs a DPO step used and advance the run to `step`, in one transaction: as
+        `commit_sft_step`, with (chosen episode, rejected episode) pairs."""
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            self._check_next_step(cur, name, step, trained=bool(trained), what="DPO")
+            outcomes: list[tuple[tuple[str, str], SftOutcome, str | None]] = [
+                (p, SftOutcome.trained, None) for p in trained
+            ]
+            outcomes += [(p, SftOutcome.unusable, why) for p, why in unusable.items()]
+            for (chosen, rejected), outcome, reason in outcomes:
+                cur.execute(
+                    "INSERT INTO training_dpo_pairs (run, chosen, rejected, step, outcome, reason, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (name, chosen, rejected, step, outcome.value, reason, now),
+                )
+            self._advance(cur, name, step, {**(metrics or {}), "charts/dpo_pairs": len(trained)} if trained else None)
+        return self.get_run(name)
+
+    def dpo_counts(self, name: str) -> DpoCounts:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT outcome, COUNT(*), COUNT(DISTINCT step) FROM training_dpo_pairs WHERE run = ? GROUP BY outcome",
+                (name,),
+            ).fetchall()
+        by = {r[0]: (int(r[1]), int(r[2])) for r in rows}
+        trained, steps = by.get(SftOutcome.trained.value, (0, 0))
+        return DpoCounts(
+            steps=steps, pairs_trained=trained, pairs_unusable=by.get(SftOutcome.unusable.value, (0, 0))[0]
+        )
+
+    @staticmethod
+    def _check_next_step(cur: Any, name: str, step: int, *, trained: bool, what: str) -> None:
+        """A step that trained must be the run's next; one that only set data aside, the current."""
+        row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise StoreError(f"no training run named {name!r}")
+        expected = row[0] + 1 if trained else row[0]
+        if step != expected:
+            raise StoreError(f"training run {name!r} is at step {row[0]}; cannot commit {what} step {step}")
+
+    @staticmethod
+    def _advance(cur: Any, name: str, step: int, metrics: dict[str, Any] | None) -> None:
+        """Move the run to `step`; with `metrics`, a training_steps row (no reward: SFT and DPO have none)."""
+        now = time.time()
+        cur.execute("UPDATE training_runs SET step = ?, updated_at = ? WHERE name = ?", (step, now, name))
+        if metrics is not None:
+            cur.execute(
+                "INSERT INTO training_steps (run, step, reward_mean, reward_std, groups_trained,"
+                " groups_skipped_zero_variance, groups_skipped_stale, metrics, created_at)"
+                " VALUES (?, ?, NULL, NULL, 0, 0, 0, ?, ?)",
+                (name, step, json.dumps(metrics), now),
+            )
 
     def set_sft_skipped(self, name: str, count: int, reason: str | None) -> None:
         """Say how many ready external episodes the run's backend cannot imitate, and why."""
@@ -224,9 +284,25 @@ class TrainingRuns:
                 " GROUP BY outcome",
                 (name,),
             ).fetchall()
+            reasons = cur.execute(
+                "SELECT COALESCE(reason, 'unrecorded'), COUNT(*) FROM training_sft_episodes"
+                " WHERE run = ? AND outcome = ? GROUP BY 1",
+                (name, SftOutcome.unusable.value),
+            ).fetchall()
+            latest = cur.execute(
+                "SELECT episode_id, reason FROM training_sft_episodes WHERE run = ? AND outcome = ?"
+                " ORDER BY created_at DESC, episode_id LIMIT 1",
+                (name, SftOutcome.unusable.value),
+            ).fetchone()
         by = {r[0]: (int(r[1]), int(r[2])) for r in rows}
         trained, steps = by.get(SftOutcome.trained.value, (0, 0))
-        return SftCounts(steps=steps, episodes_trained=trained, episodes_unusable=by.get("unusable", (0, 0))[0])
+        return SftCounts(
+            steps=steps,
+            episodes_trained=trained,
+            episodes_unusable=by.get(SftOutcome.unusable.value, (0, 0))[0],
+            unusable_reasons={r[0]: int(r[1]) for r in reasons},
+            latest_unusable=f"{latest[0]}: {latest[1] or 'unrecorded'}" if latest else None,
+        )
 
     def training_steps(self, name: str, *, limit: int = 1000) -> list[TrainingStepRecord]:
         """The run's most recent steps, oldest first."""

@@ -115,10 +115,13 @@ class Settings(BaseSettings):
     embeddings_model: str = "text-embedding-3-small"
     embeddings_api_key: SecretStr | None = None
     training_backend: Literal["cpu", "local", "serverless", "tinker"] = Field(
-        "cpu", description="Trainer: cpu (tiny model, CI), local (ART on a GPU), serverless (W&B), tinker."
+        "cpu",
+        description="Trainer: cpu (any causal LM with LoRA, no GPU), local (ART on a GPU), serverless (W&B), tinker.",
     )
     training_base_model: str = Field(
-        "tiny-qwen2", description="Base model of the student: tiny-qwen2 (cpu) or a Hugging Face id."
+        "tiny-qwen2",
+        description="Base model of the student: tiny-qwen2 (built on the spot; tests), a packaged offline model"
+        " (`rlide models list`, e.g. qwen2.5-coder-0.5b-instruct), a local model folder, or a Hugging Face id.",
     )
     policy_host: str = Field("127.0.0.1", description="Bind address for `rlide policy serve`.")
     policy_port: int = Field(8766, ge=1, le=65535, description="Port of the OpenAI-compatible policy endpoint.")

@@ -51,6 +51,39 @@ def train(
         float, typer.Option(help="Imitate (SFT) ended external episodes whose reward total reaches this.")
     ] = 0.5,
     sft_batch: Annotated[int, typer.Option(min=0, help="Most external episodes per SFT step; 0 turns SFT off.")] = 8,
+    dpo_batch: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Most preference pairs (episodes of one task, rewards 0.5 apart) per DPO step; 0: no DPO."
+        ),
+    ] = 0,
+    base_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model to train (default RLIDE_TRAINING_BASE_MODEL): tiny-qwen2, a packaged model"
+            " (`rlide models list`), a local folder or a Hugging Face id."
+        ),
+    ] = None,
+    learning_rate: Annotated[
+        float | None, typer.Option(min=0.0, help="Per-step learning rate (cpu default: 1e-4; tiny-qwen2 2e-2).")
+    ] = None,
+    lora_rank: Annotated[int, typer.Option(min=1, help="LoRA rank (alpha = 2 x rank).")] = 8,
+    lora_targets: Annotated[
+        str, typer.Option(help="Modules LoRA adapts: all-linear or comma-separated names (q_proj,v_proj).")
+    ] = "all-linear",
+    dtype: Annotated[str, typer.Option(help="cpu weights: auto, float32 or bfloat16.")] = "auto",
+    max_seq_len: Annotated[
+        int | None, typer.Option(min=16, help="Longest trained sequence (default: the model's context, at most 4096).")
+    ] = None,
+    group_size: Annotated[int, typer.Option(min=2, help="Rollouts per scenario (GRPO group size).")] = 8,
+    groups_per_step: Annotated[int, typer.Option(min=0, help="Self-play groups sampled per step.")] = 4,
+    max_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Longest rollout completion (default: 12 tiny-qwen2, 384 otherwise).")
+    ] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Rollout sampling temperature.")] = 1.0,
+    kl_coef: Annotated[
+        float, typer.Option(min=0.0, help="GRPO: KL pull towards the base model per token (0: none).")
+    ] = 0.0,
 ) -> None:
     """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`."""
     if ctx.invoked_subcommand is not None:
@@ -86,7 +119,17 @@ def train(
         settings.home,
         settings.episode_db_url,
         backend=settings.training_backend,
-        base_model=settings.training_base_model,
+        base_model=base_model or settings.training_base_model,
+        learning_rate=learning_rate,
+        lora_rank=lora_rank,
+        lora_targets=lora_targets,
+        dtype=dtype,
+        max_seq_len=max_seq_len,
+        kl_penalty_coef=kl_coef,
+        group_size=group_size,
+        groups_per_step=groups_per_step,
+        max_tokens=max_tokens,
+        temperature=temperature,
         run=run,
         max_steps=max_steps,
         scenarios=",".join(sets) or None,
@@ -94,6 +137,7 @@ def train(
         judge_weight=judge_weight,
         sft_min_reward=sft_min_reward,
         sft_batch=sft_batch,
+        dpo_batch=dpo_batch,
     )
     try:
         report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
@@ -143,6 +187,10 @@ def train_status(
         f"  sft steps {status.sft_steps} on {status.sft_episodes_trained} external episodes"
         f" ({status.sft_episodes_unusable} unusable)"
     )
+    for reason, count in status.sft_unusable_reasons.items():
+        typer.echo(f"  set aside: {count} episode(s): {reason}")
+    if status.dpo_steps:
+        typer.echo(f"  dpo steps {status.dpo_steps} on {status.dpo_pairs_trained} preference pairs")
     if status.sft_skip_reason:
         typer.echo(f"  sft skipped: {status.sft_skip_reason}")
     if status.scenarios_unavailable:
@@ -152,8 +200,8 @@ def train_status(
         )
     for point in status.recent:
         mean = "-" if point.reward_mean is None else f"{point.reward_mean:.3f}"
-        what = f"sft {point.sft_episodes} episodes" if point.sft_episodes else f"groups {point.groups_trained}"
-        typer.echo(f"  step {point.step:>4}  reward {mean}  {what}")
+        what = f"{point.sft_episodes} episodes" if point.sft_episodes else f"groups {point.groups_trained}"
+        typer.echo(f"  step {point.step:>4}  {point.algorithm:<4}  reward {mean}  {what}")
     if chart.exists():
         typer.echo(f"  chart: {chart}")
 
@@ -198,15 +246,32 @@ def policy_serve(
 
 
 def evaluate(
-    tasks: Annotated[str, typer.Option(help="Task set.")] = "humaneval",
-    split: Annotated[str, typer.Option(help="heldout (never trained on) or train.")] = "heldout",
-    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N tasks of the split.")] = None,
+    tasks: Annotated[
+        str,
+        typer.Option(
+            help="humaneval (built-in) or the path of a JSONL file in HumanEval's format: one object a line"
+            " with task_id, prompt, test, entry_point, canonical_solution."
+        ),
+    ] = "humaneval",
+    split: Annotated[str | None, typer.Option(help="Of the built-in set: heldout (the default) or train.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N tasks.")] = None,
     max_tokens: Annotated[int, typer.Option(min=1, max=4096)] = 256,
+    samples: Annotated[
+        int, typer.Option(min=1, help="Completions per task, sampled in one call; the report gives pass@1 and pass@K.")
+    ] = 1,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, max=2.0, help="Sampling temperature when --samples > 1 (one sample is greedy).")
+    ] = 0.8,
+    skip_trained: Annotated[
+        bool,
+        typer.Option(
+            "--skip-trained",
+            help="Leave out the tasks this run trained on (listed as skipped_trained) instead of refusing to run.",
+        ),
+    ] = False,
 ) -> None:
-    """pass@1 of the current policy checkpoint, its programs run in the sandbox. Prints JSON."""
-    if tasks != "humaneval":
-        raise fail(f"unknown task set {tasks!r}: humaneval is the built-in one")
-    if split not in ("heldout", "train"):
+    """pass@k of the current checkpoint on tasks it never trained on, its programs run in the sandbox. Prints JSON."""
+    if split not in (None, "heldout", "train"):
         raise fail("--split is heldout or train")
     settings = cli_settings()
     from mcp_server.logs import configure_logging
@@ -214,21 +279,28 @@ def evaluate(
     configure_logging(settings)
     from envpool.sandbox import SandboxError
     from training.backends.base import BackendError
-    from training.scenarios.eval import eval_current_policy
+    from training.scenarios.base import VerifierUnavailable
+    from training.scenarios.eval import EvalRefused, eval_current_policy, select_tasks
     from training.scenarios.sandbox_runner import SandboxRunner
 
+    config = _backend_config(settings)
+    try:  # before the sandbox and the model: a refusal costs nothing
+        chosen = select_tasks(
+            tasks,
+            split=split,  # type: ignore[arg-type]  # checked against heldout|train above
+            limit=limit,
+            model_dir=config.model_dir(),
+            skip_trained=skip_trained,
+        )
+    except (EvalRefused, VerifierUnavailable) as exc:
+        raise fail(str(exc)) from exc
     try:
         runner = SandboxRunner(settings.sandbox)
     except SandboxError as exc:
         raise fail(str(exc)) from exc
     try:
         report = eval_current_policy(
-            _backend_config(settings),
-            runner,
-            tasks=tasks,
-            split=split,  # type: ignore[arg-type]  # checked against heldout|train above
-            limit=limit,
-            max_tokens=max_tokens,
+            config, runner, chosen, samples=samples, temperature=temperature, max_tokens=max_tokens
         )
     except BackendError as exc:
         raise fail(str(exc)) from exc

@@ -211,19 +211,27 @@ def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> 
     assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.4, limit=2)] == [first, second]
     assert store.runs.sft_pending("r", min_reward=0.4) == 3 and store.runs.sft_pending("r", min_reward=0.5) == 2
 
-    run = store.runs.commit_sft_step("r", step=1, trained=[first], unusable=[second], metrics={"losses/sft_loss": 2.0})
+    run = store.runs.commit_sft_step(
+        "r",
+        step=1,
+        trained=[first],
+        unusable={second: "5000 tokens, longer than max_seq_len=4096"},
+        metrics={"losses/sft_loss": 2.0},
+    )
     assert run.step == 1
     assert [e.id for e in store.runs.sft_candidates("r", min_reward=0.4, limit=10)] == [third]
     assert len(store.runs.sft_candidates("other", min_reward=0.4, limit=10)) == 3  # cursors are per run
     with pytest.raises(StoreError):  # an episode is used once per run
-        store.runs.commit_sft_step("r", step=2, trained=[first], unusable=[])
+        store.runs.commit_sft_step("r", step=2, trained=[first], unusable={})
     with pytest.raises(StoreError, match="cannot commit SFT step 3"):
-        store.runs.commit_sft_step("r", step=3, trained=[third], unusable=[])
+        store.runs.commit_sft_step("r", step=3, trained=[third], unusable={})
     assert store.runs.get_run("r").step == 1
     [record] = store.runs.training_steps("r")
     assert record.reward_mean is None and record.metrics == {"losses/sft_loss": 2.0, "charts/sft_episodes": 1}
     counts = store.runs.sft_counts("r")
     assert (counts.steps, counts.episodes_trained, counts.episodes_unusable) == (1, 1, 1)
+    assert counts.unusable_reasons == {"5000 tokens, longer than max_seq_len=4096": 1}
+    assert counts.latest_unusable == f"{second}: 5000 tokens, longer than max_seq_len=4096"
 
     store.runs.set_sft_skipped("other", 3, "no supervised step")
     other = store.runs.get_run("other")

@@ -264,5 +264,35 @@ def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     report = json.loads(result.stdout)
     assert (report["tasks"], report["split"], report["n"]) == ("humaneval", "heldout", 1)
     assert 0.0 <= report["pass_at_1"] <= 1.0 and report["passed"] + len(report["failed"]) == 1
+    assert report["tasks_source"] == {"builtin": "humaneval"} and report["skipped_trained"] == []
     bad = runner.invoke(app, ["eval", "--tasks", "mbpp"])
-    assert bad.exit_code == 1 and "humaneval is the built-in one" in bad.stderr
+    assert bad.exit_code == 1 and "no task file at mbpp" in bad.stderr and "--tasks takes humaneval" in bad.stderr
+
+
+def test_eval_refuses_tasks_the_run_trained_on_before_loading_anything(home: Path) -> None:
+    from mcp_server.cli.train import _backend_config
+    from training.data.ledger import record_trained
+
+    task = {
+        "prompt": "def one():\n",
+        "test": "def check(c):\n    assert c() == 1\n",
+        "canonical_solution": "    return 1\n",
+    }
+    tasks = home / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"task_id": f"mine/{i}", "entry_point": "one", **task}) + "\n" for i in range(12)),
+        encoding="utf-8",
+    )
+    model_dir = _backend_config(load_settings()).model_dir()
+    record_trained(model_dir, step=1, algorithm="sft", items=[(f"mine/{i}", []) for i in range(12)])
+    refused = runner.invoke(app, ["eval", "--tasks", str(tasks)])
+    assert refused.exit_code == 1, refused.output
+    assert "trained on 12 of these 12 tasks (mine/0, mine/1," in refused.stderr and "and 2 more" in refused.stderr
+    assert "--skip-trained" in refused.stderr
+    assert not (model_dir / "base").exists()  # refused before the model loaded (the tiny one is made on first load)
+    malformed = home / "bad.jsonl"
+    malformed.write_text(tasks.read_text(encoding="utf-8") + '{"task_id": "x"}\n', encoding="utf-8")
+    bad = runner.invoke(app, ["eval", "--tasks", str(malformed)])
+    assert bad.exit_code == 1 and "line 13: field 'prompt': Field required" in bad.stderr
+    split = runner.invoke(app, ["eval", "--tasks", str(tasks), "--split", "train"])
+    assert split.exit_code == 1 and "a task file is evaluated whole" in split.stderr

@@ -39,6 +39,11 @@ class NoTrainableData(BackendError):
     """The batch has nothing to learn from (every conversation too long, no assistant tokens).
     Retrying the same batch cannot help: the worker sets it aside instead of backing off."""
 
+    def __init__(self, message: str, skipped: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.skipped = skipped or {}
+        """Why each input item could not be used, by its index."""
+
 
 class ContextTooLong(ValueError):
     """A prompt that leaves the policy no room to answer. Not a backend failure: the policy endpoint
@@ -60,13 +65,29 @@ class BackendConfig:
     model_name: str = "student"
     """The trained model's name; the gateway serves its latest checkpoint under this alias."""
     base_model: str = "tiny-qwen2"
-    """Base model: 'tiny-qwen2' for the cpu backend; a Hugging Face id (e.g. Qwen/Qwen2.5-1.5B-Instruct) otherwise."""
+    """The model trained: 'tiny-qwen2' (built on the spot; tests), a packaged offline model by its short
+    name (`rlide models list`, e.g. qwen2.5-coder-0.5b-instruct), a local folder holding a Hugging Face
+    model, or a Hugging Face id (needs hub access; e.g. Qwen/Qwen2.5-1.5B-Instruct)."""
     learning_rate: float | None = None
-    """Optimizer learning rate per step; None picks the backend's default (cpu: 2e-2, ART backends: 5e-6)."""
+    """Optimizer learning rate per step; None picks the backend's default (cpu: 2e-2 for tiny-qwen2,
+    1e-4 for a pretrained model; ART backends: 5e-6)."""
     seed: int = 0
     """Seeds torch, random and the tiny model's initialisation."""
-    max_seq_len: int = 256
-    """Longest packed sequence the trainer sees."""
+    max_seq_len: int | None = None
+    """Longest sequence the trainer sees; longer conversations are skipped and counted. None: the
+    model's context, at most 4096 tokens (an episode with its tools' schemas takes 2-3 thousand)."""
+    lora_rank: int = 8
+    """LoRA rank (alpha is twice the rank)."""
+    lora_targets: str = "all-linear"
+    """Modules LoRA adapts: comma-separated names (q_proj,v_proj) or all-linear."""
+    dtype: str = "auto"
+    """cpu backend weights: float32, bfloat16, or auto (bfloat16 for a pretrained model where the CPU
+    computes it natively, else float32)."""
+    kl_penalty_coef: float = 0.0
+    """GRPO: pull each token towards the base model (adapters off) by this much (ART's kl_penalty_coef);
+    0 skips the reference pass."""
+    dpo_beta: float = 0.1
+    """DPO: how strongly the preference margin is pushed (the beta of the DPO paper and TRL)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options (e.g. lora rank, ART's dev.TrainConfig keys)."""
 
@@ -82,6 +103,8 @@ class TrainResult:
     step: int
     """The step the model is at after training."""
     metrics: dict[str, float] = field(default_factory=dict)
+    skipped: dict[int, str] = field(default_factory=dict)
+    """Input items the step set aside (by index), with why: e.g. longer than max_seq_len."""
 
 
 @runtime_checkable
@@ -120,6 +143,15 @@ class SupportsSFT(Protocol):
     def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult:
         """One optimizer step on these chat records; saves checkpoint step+1 like `train`.
         Raises `NoTrainableData` when none of them has anything to learn from."""
+
+
+@runtime_checkable
+class SupportsDPO(Protocol):
+    """Backends that can take a preference step on `dpo` export records (cpu today)."""
+
+    def train_dpo(self, pairs: list[dict[str, Any]]) -> TrainResult:
+        """One optimizer step on these pairs; saves checkpoint step+1 like `train`.
+        Raises `NoTrainableData` when none of them is usable."""
 
 
 def make_backend(config: BackendConfig) -> TrainingBackend:

@@ -1,9 +1,16 @@
-"""The `cpu` backend: a real GRPO step, ART's way, on a tiny model that needs no GPU or download.
+"""The `cpu` backend: real GRPO, SFT and DPO steps with LoRA on any causal LM, without a GPU.
 
-Sampling records per-token logprobs as vLLM does (`token_id:N` tokens), so ART's own
-`tokenize_trajectory_groups` maps choices back to token ids; `packed_tensors_from_tokenized_results`
-builds the batch and `art.loss.loss_fn` computes the loss (CISPO-style clipped policy gradient,
-ART's default). LoRA adapters (peft) are saved as ART checkpoints:
+The model is the tiny from-config `tiny-qwen2` (tests), a packaged offline model
+(`training.models`, e.g. Qwen2.5-Coder-0.5B-Instruct), a local folder or a Hugging Face id.
+Sampling records per-token logprobs as vLLM does (`token_id:N` tokens, under the untempered
+policy: what the trainer recomputes), so ART's own `tokenize_trajectory_groups` maps choices back
+to token ids; `packed_tensors_from_tokenized_results` builds the batch and `art.loss.loss_fn`
+computes the loss (CISPO-style clipped policy gradient, ART's default). DPO is the loss of the
+DPO paper with the adapters switched off as the reference model, as TRL does for peft models;
+TRL itself is not used because its `datasets` dependency needs numpy>=2, which pufferlib's build
+here cannot take. Every objective runs one sequence at a time (gradients accumulate) and computes
+the vocabulary projection only where a token is scored, so a 4,000-token episode of a 150k-vocabulary
+model fits in a few GB. LoRA adapters (peft) are saved as ART checkpoints:
 `{path}/{project}/models/{model}/checkpoints/{step:04d}/adapter_model.safetensors`.
 """
 
@@ -19,8 +26,6 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs  # noqa: E402
@@ -39,8 +44,12 @@ from training.backends.base import (  # noqa: E402
 from training.backends.tiny import ensure_base  # noqa: E402
 from training.data.groups import Group, to_art  # noqa: E402
 
-DEFAULT_LR = 2e-2
+TINY = "tiny-qwen2"
+TINY_LR = 2e-2
 """High, because the tiny model starts from random weights and must move within a handful of steps."""
+PRETRAINED_LR = 1e-4
+"""A common LoRA rate for 0.5-1.5B instruct models: visible change within tens of steps, no collapse."""
+DEFAULT_MAX_SEQ_LEN = 4096
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -65,30 +74,79 @@ def undo_art_mask_patch() -> None:
 STATE_FILE = "trainer_state.json"
 
 
-def load_policy(base_dir: Path, adapter_dir: Path | None, *, trainable: bool, lora_rank: int = 8) -> tuple[Any, Any]:
+def base_model_dir(config: BackendConfig) -> Path:
+    """The folder holding the run's base model and tokenizer: the tiny one is made on the spot
+    under the run's model directory, the others resolved (and a packaged one fetched) once."""
+    if config.base_model == TINY:
+        return ensure_base(config.model_dir() / "base", config.seed)
+    from training.models.resolve import resolve_base_model
+
+    try:
+        return resolve_base_model(config.base_model)
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise BackendUnavailable(f"base model {config.base_model!r}: {exc}") from exc
+
+
+def weights_dtype(config: BackendConfig) -> torch.dtype:
+    choices = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if config.dtype in choices:
+        return choices[config.dtype]
+    if config.dtype != "auto":
+        raise BackendUnavailable(f"dtype {config.dtype!r}: choose float32, bfloat16 or auto")
+    # bf16 halves memory and doubles matmul speed only where the CPU computes it natively.
+    native_bf16 = bool(torch.cpu._is_avx512_bf16_supported())
+    return torch.bfloat16 if config.base_model != TINY and native_bf16 else torch.float32
+
+
+def load_policy(base_dir: Path, adapter_dir: Path | None, *, trainable: bool, config: BackendConfig) -> tuple[Any, Any]:
     """(model, tokenizer): the base with a fresh LoRA, or with the adapter saved in `adapter_dir`."""
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    if tokenizer.pad_token_id is None:  # ART and batched scoring pad; a pad id is never scored
+        tokenizer.pad_token = tokenizer.eos_token
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=weights_dtype(config))
     if adapter_dir is not None:
         model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=trainable)
     else:
+        targets = config.lora_targets if config.lora_targets == "all-linear" else config.lora_targets.split(",")
         lora = LoraConfig(
-            r=lora_rank,
-            lora_alpha=2 * lora_rank,
+            r=config.lora_rank,
+            lora_alpha=2 * config.lora_rank,
             lora_dropout=0.0,
             bias="none",
             task_type="CAUSAL_LM",
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            target_modules=targets,
             # A from-config model's logits are near-uniform and small; LoRA alone moves them slowly.
-            # Training the (untied) output head too makes a few steps visibly change the policy.
-            modules_to_save=["lm_head"],
+            # Training its (untied) output head too makes a few steps visibly change the policy.
+            modules_to_save=["lm_head"] if config.base_model == TINY else None,
         )
         model = get_peft_model(base, lora)
     model.eval()
     return model, tokenizer
+
+
+def canonical_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Tools as ART's `Trajectory` validates them (OpenAI's tool TypedDict: keys in its declared
+    order, unknown keys dropped). ART renders the training prompt from that form; the sampler must
+    render the same one, or the chat template prints the tools' JSON in another key order and the
+    policy is trained on a prompt it never saw."""
+    if not tools:
+        return tools
+    from openai.types.chat import ChatCompletionFunctionToolParam
+    from pydantic import TypeAdapter
+
+    return list(TypeAdapter(list[ChatCompletionFunctionToolParam]).validate_python(tools))  # type: ignore[arg-type]
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Tokens that end a turn: the tokenizer's eos and the generation config's (an instruct model
+    often ends turns with <|im_end|> while its eos is <|endoftext|>)."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return {i for i in ids if isinstance(i, int)}
 
 
 def sample_choices(
@@ -112,7 +170,12 @@ def sample_choices(
     these; its content is the text before it, its token ids end with the token that completed it.
     `top_p` < 1 draws each token from the smallest set of most likely tokens holding that much
     probability; the logprob recorded is still the token's under the whole distribution, which is
-    what a trainer recomputes from the model (it cannot see the nucleus cut).
+    what a trainer recomputes from the model (it cannot see the nucleus cut). Likewise at a
+    temperature other than 1 the token is drawn from the tempered distribution but its logprob is
+    the policy's own (vLLM's raw logprobs), so the trainer's recomputation matches it.
+
+    The prompt is computed once and its cache shared by the `n` completions, which then decode
+    together, one forward pass per token for the whole group.
 
     A completion stops where the model's context ends: `max_tokens` is capped to the room left,
     and a prompt that leaves none raises `ContextTooLong`. Past its positions the model would
@@ -121,7 +184,7 @@ def sample_choices(
         raise ValueError("temperature must be >= 0 (0 is greedy decoding)")
     if prompt_ids is None:
         rendered: Any = tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+            messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
         )
         prompt_ids = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
     context = model.config.max_position_embeddings
@@ -132,29 +195,24 @@ def sample_choices(
         )
     max_tokens = min(max_tokens, context - len(prompt_ids))
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    eos = tokenizer.eos_token_id
+    stops = stop_token_ids(model, tokenizer)
     with torch.no_grad():
-        ids = torch.tensor([prompt_ids] * n)
-        out = model(input_ids=ids, use_cache=True)
+        out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1)
         past = out.past_key_values
-        logits = out.logits[:, -1, :]
+        if n > 1:
+            past.batch_repeat_interleave(n)
+        logits = out.logits[:, -1, :].expand(n, -1)
         sampled: list[list[int]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
         done = [False] * n
         for _ in range(max_tokens):
-            if temperature == 0:  # greedy; logprobs are the policy's own (temperature 1)
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                nxt = logp.argmax(dim=-1)
-            else:
-                logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-                probs = _nucleus(logp.exp(), top_p) if top_p < 1 else logp.exp()
-                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            logp, nxt = _pick(logits, temperature, top_p, generator)
             for i in range(n):
                 if not done[i]:
                     tid = int(nxt[i])
                     sampled[i].append(tid)
                     lps[i].append(float(logp[i, tid]))
-                    done[i] = tid == eos or _stop_at(tokenizer, sampled[i], stop) is not None
+                    done[i] = tid in stops or _stop_at(tokenizer, sampled[i], stop) is not None
             if all(done):
                 break
             out = model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
@@ -163,7 +221,7 @@ def sample_choices(
     choices = []
     for i in range(n):
         toks = sampled[i]
-        finished = bool(toks) and toks[-1] == eos
+        finished = bool(toks) and toks[-1] in stops
         text_ids = toks[:-1] if finished else toks
         content = tokenizer.decode(text_ids, skip_special_tokens=False)
         cut = _stop_at(tokenizer, text_ids, stop)
@@ -189,6 +247,66 @@ def sample_choices(
     return choices, prompt_ids
 
 
+def _pick(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the policy's own logprobs, the next token of each row): greedy at temperature 0, else
+    drawn from the tempered (and nucleus-cut) distribution."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    if temperature == 0:
+        return logp, logp.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = _nucleus(probs, top_p) if top_p < 1 else probs
+    return logp, torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> list[list[int]]:
+    """The completion ids of several different prompts decoded together (left-padded, one forward
+    pass per token for the whole batch): what evaluation over many tasks needs, where one prompt
+    at a time leaves a memory-bound CPU idle. Each completion ends with its stop token, if any."""
+    if not prompts:
+        return []
+    width = max(len(p) for p in prompts)
+    if width + max_tokens > model.config.max_position_embeddings:
+        max_tokens = max(1, model.config.max_position_embeddings - width)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    stops = stop_token_ids(model, tokenizer)
+    out_ids: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        for _ in range(max_tokens):
+            _, nxt = _pick(out.logits[:, -1, :], temperature, 1.0, generator)
+            for i, tid in enumerate(nxt.tolist()):
+                if not done[i]:
+                    out_ids[i].append(tid)
+                    done[i] = tid in stops
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = model(
+                input_ids=nxt.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+    return out_ids
+
+
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """`probs` (one row per sequence) with every token outside the nucleus zeroed: the most likely
     tokens, in order, until the ones before reach `top_p` (so the most likely is always kept)."""
@@ -212,9 +330,10 @@ def _stop_at(tokenizer: Any, ids: list[int], stop: list[str] | None) -> int | No
 
 
 def sft_example(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, first: int = 0
 ) -> tuple[list[int], list[int]]:
-    """(input ids, labels) of a conversation; labels are -100 except on assistant turns.
+    """(input ids, labels) of a conversation; labels are -100 except on assistant turns (those at
+    index `first` or later: a DPO completion scores only its own turns, not the prompt's).
 
     Each assistant turn's span is where the rendering of messages[:k] (with the generation prompt)
     ends and the rendering of messages[:k+1] ends; the fast tokenizer's offsets map spans to tokens.
@@ -222,7 +341,7 @@ def sft_example(
     full = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     spans = []
     for k, message in enumerate(messages):
-        if message.get("role") != "assistant":
+        if k < first or message.get("role") != "assistant":
             continue
         start = len(
             tokenizer.apply_chat_template(messages[:k], tools=tools, add_generation_prompt=True, tokenize=False)
@@ -238,14 +357,25 @@ def sft_example(
     return ids, labels
 
 
-def next_token_logprobs(model: Any, tokens: torch.Tensor, input_pos: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """logprob of token t+1 at position t (ART's convention; last position 0), one row per sequence."""
-    valid = tokens != -100
-    ids = torch.where(valid, tokens, torch.full_like(tokens, pad_id))
-    logits = model(input_ids=ids, attention_mask=valid.long(), position_ids=input_pos).logits.float()
-    logp = torch.log_softmax(logits[:, :-1, :], dim=-1)
-    nxt = torch.gather(logp, 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(nxt, (0, 1), value=0.0)
+def scored_logprobs(
+    model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions t, logprob of token t+1 at t) for every token t+1 that `scored` marks, of one
+    sequence `ids`. The output head runs only at those positions: a full [length x vocabulary]
+    logits tensor of a real model is gigabytes."""
+    positions = torch.nonzero(scored[1:]).squeeze(1)
+    if positions.numel() == 0:
+        return positions, torch.zeros(0)
+    kwargs = {"position_ids": position_ids.unsqueeze(0)} if position_ids is not None else {}
+    logits = model(input_ids=ids.unsqueeze(0), logits_to_keep=positions, **kwargs).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return positions, torch.gather(logp, 1, ids[positions + 1].unsqueeze(1)).squeeze(1)
+
+
+def completion_logprob(model: Any, ids: list[int], labels: list[int]) -> torch.Tensor:
+    """The summed logprob of a sequence's labelled tokens (a DPO side)."""
+    _, logps = scored_logprobs(model, torch.tensor(ids), torch.tensor(labels) != -100)
+    return logps.sum()
 
 
 class CpuBackend:
@@ -253,11 +383,6 @@ class CpuBackend:
 
     @staticmethod
     def check(config: BackendConfig) -> None:
-        if config.base_model != "tiny-qwen2":
-            raise BackendUnavailable(
-                f"the cpu backend trains only the built-in 'tiny-qwen2' model, not {config.base_model!r};"
-                " use backend 'local' (GPU) or 'serverless' for real models"
-            )
         try:
             import art.loss  # noqa: F401
             import art.preprocessing.pack  # noqa: F401
@@ -265,6 +390,7 @@ class CpuBackend:
             import peft  # noqa: F401
         except ImportError as exc:
             raise BackendUnavailable(f"the cpu backend needs {exc.name}: pip install 'rlide[training]'") from exc
+        weights_dtype(config)
         undo_art_mask_patch()
 
     def __init__(self, config: BackendConfig) -> None:
@@ -273,28 +399,39 @@ class CpuBackend:
         self.model: Any = None
         self.tokenizer: Any = None
         self.optimizer: torch.optim.Optimizer | None = None
-
-    @property
-    def base_dir(self) -> Path:
-        return self.config.model_dir() / "base"
+        self.max_seq_len = config.max_seq_len or DEFAULT_MAX_SEQ_LEN
 
     def start(self) -> int:
         random.seed(self.config.seed)
         torch.manual_seed(self.config.seed)
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-        ensure_base(self.base_dir, self.config.seed)
+        base_dir = base_model_dir(self.config)
         steps = checkpoint_steps(self.config.model_dir())
         latest = steps[-1] if steps else None
         adapter = self.config.checkpoint_dir(latest) if latest is not None else None
-        self.model, self.tokenizer = load_policy(
-            self.base_dir, adapter, trainable=True, lora_rank=int(self.config.extra.get("lora_rank", 8))
-        )
+        if adapter is not None:
+            self._check_same_base(adapter)
+        self.model, self.tokenizer = load_policy(base_dir, adapter, trainable=True, config=self.config)
+        context = int(getattr(self.model.config, "max_position_embeddings", 0) or DEFAULT_MAX_SEQ_LEN)
+        self.max_seq_len = self.config.max_seq_len or min(context, DEFAULT_MAX_SEQ_LEN)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate or DEFAULT_LR, weight_decay=0.0)
+        default_lr = TINY_LR if self.config.base_model == TINY else PRETRAINED_LR
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate or default_lr, weight_decay=0.0)
         if adapter is not None and (adapter / OPTIMIZER_FILE).exists():
             self.optimizer.load_state_dict(torch.load(adapter / OPTIMIZER_FILE, weights_only=True))
         self.step = latest or 0
         return self.step
+
+    def _check_same_base(self, checkpoint: Path) -> None:
+        """A LoRA adapter only means something on the base it was trained on."""
+        state = checkpoint / STATE_FILE
+        trained_on = json.loads(state.read_text()).get("base_model") if state.exists() else None
+        if trained_on is not None and trained_on != self.config.base_model:
+            raise BackendUnavailable(
+                f"the checkpoints in {self.config.model_dir()} were trained on {trained_on!r}, not"
+                f" {self.config.base_model!r}: train {self.config.base_model!r} under another --run or"
+                " model directory, or go back to the run's base model"
+            )
 
     def sample(
         self,
@@ -320,37 +457,178 @@ class CpuBackend:
         return choices
 
     def train(self, groups: list[Group]) -> TrainResult:
+        """One GRPO step: ART's tokenization and loss, one trajectory at a time (the per-sequence
+        losses are summed and divided by the batch's scored tokens: ART's token mean)."""
         from art.loss import loss_fn
         from art.preprocessing.pack import packed_tensors_from_tokenized_results
         from art.preprocessing.tokenize import tokenize_trajectory_groups
 
         self._require_started()
-        assert self.optimizer is not None
         started = time.perf_counter()
         random.seed(self.config.seed * 100_003 + self.step)  # ART shuffles with `random`
-        results = list(
+        tokenized = list(
             tokenize_trajectory_groups(
-                self.tokenizer,
-                to_art(groups),
-                allow_training_without_logprobs=False,
-                scale_rewards=True,
+                self.tokenizer, to_art(groups), allow_training_without_logprobs=False, scale_rewards=True
             )
         )
+        results = [r for r in tokenized if len(r.token_ids) <= self.max_seq_len]
         if not results:
-            raise BackendError("no trainable tokens in these groups (no choices with logprobs, or zero advantage)")
+            raise BackendError(
+                "no trainable tokens in these groups (no choices with logprobs, zero advantage, or every"
+                f" trajectory longer than max_seq_len={self.max_seq_len})"
+            )
         packed = packed_tensors_from_tokenized_results(
-            results,
-            seq_len=self.config.max_seq_len,
-            pad_token_id=-100,
-            pack_results=False,
-            verbosity=0,
+            results, seq_len=self.max_seq_len, pad_token_id=-100, pack_results=False, verbosity=0
         )
+        tokens = packed["tokens"]
+        rows, width = tokens.shape
+        per_token = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor) and v.shape == (rows, width)}
+        scored_total = float(packed["assistant_mask"][:, 1:].sum())
+        experimental: Any = {"kl_penalty_coef": self.config.kl_penalty_coef}
+        news, olds, policy_loss = [], [], 0.0
+        self._begin_step()
+        for r in range(rows):
+            length = int((tokens[r] != -100).sum())  # one trajectory per row, padded at its end
+            row = {k: v[r : r + 1, :length] for k, v in per_token.items()}
+            scored = row["assistant_mask"][0].bool()
+            positions, logps = scored_logprobs(self.model, row["tokens"][0], scored, row["input_pos"][0])
+            if positions.numel() == 0:
+                continue
+            new_lp = torch.zeros(1, length, dtype=logps.dtype).index_put(
+                (torch.zeros_like(positions), positions), logps
+            )
+            ref_lp = None
+            if self.config.kl_penalty_coef > 0:
+                with torch.no_grad(), self.model.disable_adapter():
+                    _, ref = scored_logprobs(self.model, row["tokens"][0], scored, row["input_pos"][0])
+                ref_lp = torch.zeros(1, length).index_put((torch.zeros_like(positions), positions), ref)
+            loss = loss_fn(row, new_lp, ref_lp, None, experimental, reduction="sum")  # type: ignore[arg-type]
+            (loss.policy_loss / scored_total).backward()  # type: ignore[no-untyped-call]
+            policy_loss += float(loss.policy_loss.detach()) / scored_total
+            news.append(logps.detach())
+            olds.append(row["logprobs"][0, positions + 1])
+        grad_norm = self._finish_step()
+        new_all, old_all = torch.cat(news), torch.cat(olds)
+        recorded = ~torch.isnan(old_all)
+        # How far recomputed logprobs are from the sampled ones (0 up to float error when on-policy).
+        drift = float((new_all[recorded] - old_all[recorded]).abs().max()) if recorded.any() else math.nan
+        corr = float(torch.corrcoef(torch.stack([new_all[recorded].exp(), old_all[recorded].exp()]))[0, 1])
+        self._record_trained(
+            "grpo", [(g.metadata.get("scenario") or g.key, g.trajectories[0].messages_and_choices) for g in groups]
+        )
+        total_tokens = int((tokens != -100).sum())
+        return self._result(
+            started,
+            total_tokens,
+            {
+                "losses/policy_loss": policy_loss,
+                "losses/grad_norm": grad_norm,
+                "losses/probs_corr": corr,
+                "losses/max_logprob_drift": drift,
+                "perf/sequences": float(rows),
+                "perf/trainable_tokens": scored_total,
+                "charts/dropped_overlength": float(len(tokenized) - len(results)),
+            },
+        )
+
+    def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult:
+        """One supervised step on chat records (the `sft` export layout: {"messages", "tools"?}):
+        cross-entropy on the assistant turns only (tool calls included), then a checkpoint."""
+        self._require_started()
+        started = time.perf_counter()
+        examples = [sft_example(self.tokenizer, c["messages"], c.get("tools")) for c in conversations]
+        skipped = {i: why for i, (ids, labels) in enumerate(examples) if (why := self._unusable(ids, labels))}
+        rows = [e for i, e in enumerate(examples) if i not in skipped]
+        if not rows:
+            raise NoTrainableData(f"no conversation of this batch is usable: {next(iter(skipped.values()))}", skipped)
+        scored_total = sum(sum(lab != -100 for lab in labels[1:]) for _, labels in rows)
+        loss_sum = 0.0
+        self._begin_step()
+        for ids, labels in rows:
+            _, logps = scored_logprobs(self.model, torch.tensor(ids), torch.tensor(labels) != -100)
+            loss = -logps.sum() / scored_total
+            loss.backward()  # type: ignore[no-untyped-call]
+            loss_sum += float(loss.detach())
+        grad_norm = self._finish_step()
+        self._record_trained(
+            "sft", [(c.get("episode_id"), c["messages"]) for i, c in enumerate(conversations) if i not in skipped]
+        )
+        return self._result(
+            started,
+            sum(len(ids) for ids, _ in rows),
+            {
+                "losses/sft_loss": loss_sum,
+                "losses/grad_norm": grad_norm,
+                "perf/trainable_tokens": float(scored_total),
+                "charts/skipped": float(len(skipped)),
+            },
+            skipped,
+        )
+
+    def train_dpo(self, pairs: list[dict[str, Any]]) -> TrainResult:
+        """One DPO step on preference pairs (the `dpo` export layout: {"prompt", "chosen",
+        "rejected", "tools"?}): -log sigmoid(beta * (policy margin - reference margin)), the
+        reference being the base model (adapters off)."""
+        self._require_started()
+        started = time.perf_counter()
+        usable_pairs, skipped = [], {}
+        for i, pair in enumerate(pairs):
+            prompt, tools = list(pair["prompt"]), pair.get("tools")
+            chosen = sft_example(self.tokenizer, prompt + list(pair["chosen"]), tools, first=len(prompt))
+            rejected = sft_example(self.tokenizer, prompt + list(pair["rejected"]), tools, first=len(prompt))
+            why = self._unusable(*chosen) or self._unusable(*rejected)
+            if why:
+                skipped[i] = why
+            else:
+                usable_pairs.append((pair, chosen, rejected))
+        if not usable_pairs:
+            raise NoTrainableData(
+                f"no preference pair of this batch is usable: {next(iter(skipped.values()))}", skipped
+            )
+        beta = self.config.dpo_beta
+        loss_sum, correct, margins = 0.0, 0, []
+        self._begin_step()
+        for _, chosen, rejected in usable_pairs:
+            with torch.no_grad(), self.model.disable_adapter():
+                reference = completion_logprob(self.model, *chosen) - completion_logprob(self.model, *rejected)
+            policy = completion_logprob(self.model, *chosen) - completion_logprob(self.model, *rejected)
+            margin = beta * (policy - reference)
+            loss = -torch.nn.functional.logsigmoid(margin) / len(usable_pairs)
+            loss.backward()  # type: ignore[no-untyped-call]
+            loss_sum += float(loss.detach())
+            correct += int(float(margin.detach()) > 0)
+            margins.append(float(margin.detach()))
+        grad_norm = self._finish_step()
+        self._record_trained("dpo", [(None, s[0]["prompt"]) for s in usable_pairs])
+        return self._result(
+            started,
+            sum(len(c[0]) + len(r[0]) for _, c, r in usable_pairs),
+            {
+                "losses/dpo_loss": loss_sum,
+                "losses/grad_norm": grad_norm,
+                "rewards/accuracy": correct / len(usable_pairs),
+                "rewards/margin": sum(margins) / len(margins),
+                "charts/skipped": float(len(skipped)),
+            },
+            skipped,
+        )
+
+    def _unusable(self, ids: list[int], labels: list[int]) -> str | None:
+        """Why a tokenized conversation cannot be trained on, or None."""
+        if len(ids) > self.max_seq_len:
+            return f"{len(ids)} tokens, longer than max_seq_len={self.max_seq_len}"
+        if all(lab == -100 for lab in labels[1:]):
+            return "no assistant turn to learn from"
+        return None
+
+    def _begin_step(self) -> None:
+        assert self.optimizer is not None
         self.model.train()
         self.optimizer.zero_grad()
-        new_lp = next_token_logprobs(self.model, packed["tokens"], packed["input_pos"], self.tokenizer.pad_token_id)
-        inputs: Any = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor)}
-        loss = loss_fn(inputs, new_lp, None, None, {})
-        loss.policy_loss.backward()  # type: ignore[no-untyped-call]
+
+    def _finish_step(self) -> float:
+        """Clip, step, back to eval mode; the gradient norm before clipping."""
+        assert self.optimizer is not None
         grad_norm = float(
             torch.nn.utils.clip_grad_norm_(
                 [p for p in self.model.parameters() if p.requires_grad],
@@ -359,72 +637,31 @@ class CpuBackend:
         )
         self.optimizer.step()
         self.model.eval()
-        # How far recomputed logprobs are from the sampled ones (0 up to float error when on-policy).
-        old = torch.nn.functional.pad(packed["logprobs"][:, 1:], (0, 1), value=float("nan"))
-        mask = ~torch.isnan(old)
-        drift = float((new_lp.detach()[mask] - old[mask]).abs().max()) if mask.any() else math.nan
-        trainable_tokens = int(packed["assistant_mask"].sum())
-        total_tokens = int((packed["tokens"] != -100).sum())
-        self.step += 1
-        self.save_checkpoint(self.step)
-        seconds = time.perf_counter() - started
-        return TrainResult(
-            step=self.step,
-            metrics={
-                "losses/policy_loss": float(loss.policy_loss.detach()),
-                "losses/grad_norm": grad_norm,
-                "losses/probs_corr": float(loss.probs_corr.detach()),
-                "losses/max_logprob_drift": drift,
-                "perf/sequences": float(packed["tokens"].shape[0]),
-                "perf/tokens": float(total_tokens),
-                "perf/trainable_tokens": float(trainable_tokens),
-                "perf/train_seconds": seconds,
-                "perf/tokens_per_second": total_tokens / seconds if seconds > 0 else 0.0,
-            },
-        )
+        return grad_norm
 
-    def train_sft(self, conversations: list[dict[str, Any]]) -> TrainResult:
-        """One supervised step on chat records (the `sft` export layout: {"messages", "tools"?}):
-        cross-entropy on the assistant turns only (tool calls included), then a checkpoint."""
-        self._require_started()
-        assert self.optimizer is not None
-        started = time.perf_counter()
-        examples = [sft_example(self.tokenizer, c["messages"], c.get("tools")) for c in conversations]
-        rows = [r for r in examples if len(r[0]) <= self.config.max_seq_len and any(lab != -100 for lab in r[1])]
-        if not rows:
-            raise NoTrainableData(
-                f"no conversation fits max_seq_len={self.config.max_seq_len} with assistant tokens to learn from"
-            )
-        width = max(len(ids) for ids, _ in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([i + [pad] * (width - len(i)) for i, _ in rows])
-        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
-        mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows])
-        self.model.train()
-        self.optimizer.zero_grad()
-        logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
-        )
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
-        self.optimizer.step()
-        self.model.eval()
+    def _result(
+        self, started: float, tokens: int, metrics: dict[str, float], skipped: dict[int, str] | None = None
+    ) -> TrainResult:
+        """Save the next checkpoint and report the step with its timing."""
         self.step += 1
         self.save_checkpoint(self.step)
         seconds = time.perf_counter() - started
-        tokens = int(mask.sum())
         return TrainResult(
             step=self.step,
             metrics={
-                "losses/sft_loss": float(loss.detach()),
-                "charts/dropped_overlength": float(len(examples) - len(rows)),
+                **metrics,
                 "perf/tokens": float(tokens),
-                "perf/trainable_tokens": float(int((labels != -100).sum())),
                 "perf/train_seconds": seconds,
                 "perf/tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
             },
+            skipped=skipped or {},
         )
+
+    def _record_trained(self, algorithm: str, items: list[tuple[str | None, list[dict[str, Any]]]]) -> None:
+        from training.data.ledger import record_trained
+
+        messages = [(task, [m for m in conv if isinstance(m, dict) and "role" in m]) for task, conv in items]
+        record_trained(self.config.model_dir(), step=self.step + 1, algorithm=algorithm, items=messages)
 
     def save_checkpoint(self, step: int) -> Path:
         assert self.optimizer is not None

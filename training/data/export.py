@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from episodes.codec import CHOICE_TAG, as_message
@@ -142,34 +143,50 @@ def sft_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
     return records
 
 
-def dpo_records(
+@dataclass(frozen=True)
+class PreferencePair:
+    chosen: str
+    """The better episode's id."""
+    rejected: str
+    record: dict[str, Any]
+    """Its `dpo` record."""
+
+
+def dpo_pairs(
     store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
-) -> list[dict[str, Any]]:
-    records = []
+) -> list[PreferencePair]:
+    """Pairs of episodes of the same task whose rewards differ by `min_margin` or more, the better
+    first; at most MAX_PAIRS_PER_TASK per task. What `dpo` exports and the worker's DPO steps use."""
+    pairs = []
     for convs in _by_task(_conversations(store)).values():
         ranked = sorted(convs, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
-        pairs = 0
+        per_task = 0
         for i, chosen in enumerate(ranked):
             assert chosen.reward is not None
             if min_reward is not None and chosen.reward < min_reward:
                 break
             for rejected in ranked[i + 1 :]:
                 assert rejected.reward is not None
-                if chosen.reward - rejected.reward < min_margin or pairs >= MAX_PAIRS_PER_TASK:
+                if chosen.reward - rejected.reward < min_margin or per_task >= MAX_PAIRS_PER_TASK:
                     continue
                 tools = {t["function"]["name"]: t for t in [*chosen.tools, *rejected.tools]}
-                records.append(
-                    {
-                        "prompt": chosen.prompt,
-                        "chosen": chosen.completion,
-                        "rejected": rejected.completion,
-                        "score_chosen": chosen.reward,
-                        "score_rejected": rejected.reward,
-                        **({"tools": list(tools.values())} if tools else {}),
-                    }
-                )
-                pairs += 1
-    return records
+                record = {
+                    "prompt": chosen.prompt,
+                    "chosen": chosen.completion,
+                    "rejected": rejected.completion,
+                    "score_chosen": chosen.reward,
+                    "score_rejected": rejected.reward,
+                    **({"tools": list(tools.values())} if tools else {}),
+                }
+                pairs.append(PreferencePair(chosen.episode.id, rejected.episode.id, record))
+                per_task += 1
+    return pairs
+
+
+def dpo_records(
+    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
+) -> list[dict[str, Any]]:
+    return [pair.record for pair in dpo_pairs(store, min_reward, min_margin)]
 
 
 def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:

@@ -285,6 +285,7 @@ def _prior_turn(context: TurnContext, messages: list[dict[str, Any]]) -> PriorTu
         content=message.get("content"),
         prompt_token_ids=context.last_prompt_token_ids,
         completion_token_ids=context.last_completion_token_ids,
+        tool_calls=message.get("tool_calls"),
     )
     return prior if prior.continued_by(messages) else None
 

@@ -1,7 +1,7 @@
 """The policy engines behind the policy endpoint (`training.gateway.app`): what samples a completion.
 
 `PolicyEngine` is the protocol; `TransformersEngine` serves a cpu-backend run's latest checkpoint
-(the tiny model, on transformers: imported when the engine is built, never by this module), and
+(any causal LM, on transformers: imported when the engine is built, never by this module), and
 `ProxyEngine` forwards to an upstream OpenAI-compatible server (vLLM, or another rlide gateway).
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from training.backends.base import BackendConfig, ContextTooLong, checkpoint_steps
+from training.gateway.tool_calls import same_tool_calls, with_tool_calls
 
 
 class BadRequest(Exception):
@@ -44,19 +45,27 @@ class PriorTurn:
     messages: list[dict[str, Any]]
     """The previous request's messages, as stored (redacted)."""
     content: str | None
-    """The previous completion's text, as stored (redacted)."""
+    """The previous completion's content, as stored (redacted): its text before any tool call
+    parsed out of it (`tool_calls.with_tool_calls`), or all of it."""
     prompt_token_ids: list[int]
     completion_token_ids: list[int]
+    tool_calls: list[dict[str, Any]] | None = None
+    """The tool calls parsed out of the previous completion, as stored (redacted arguments)."""
 
     def continued_by(self, messages: list[dict[str, Any]]) -> bool:
         """Whether `messages`, redacted, are this turn's messages, its completion as an assistant
-        message, then more. The caller redacts them: the stored turn is redacted, the client echoes
-        what it was sent, so only redacted text compares."""
+        message (its content, and its tool calls with arguments equal as JSON), then more. The
+        caller redacts them: the stored turn is redacted, the client echoes what it was sent, so
+        only redacted text compares."""
         n = len(self.messages)
         if len(messages) <= n + 1 or messages[:n] != self.messages:
             return False
         echoed = messages[n]
-        return echoed.get("role") == "assistant" and (echoed.get("content") or "") == (self.content or "")
+        return (
+            echoed.get("role") == "assistant"
+            and (echoed.get("content") or "") == (self.content or "")
+            and same_tool_calls(echoed.get("tool_calls"), self.tool_calls)
+        )
 
 
 class PolicyEngine(Protocol):
@@ -90,7 +99,7 @@ class PolicyEngine(Protocol):
 
 
 class TransformersEngine:
-    """The latest checkpoint of a cpu-backend run, on transformers (the tiny model; CPU)."""
+    """The latest checkpoint of a cpu-backend run on its base model, on transformers (CPU)."""
 
     def __init__(self, config: BackendConfig, *, reload_interval_s: float = 2.0) -> None:
         self.config = config
@@ -121,13 +130,13 @@ class TransformersEngine:
         latest = steps[-1] if steps else 0
         if latest == self._step and self._model is not None:
             return
-        from training.backends.cpu import load_policy, undo_art_mask_patch
-        from training.backends.tiny import ensure_base
+        from training.backends.cpu import base_model_dir, load_policy, undo_art_mask_patch
 
         undo_art_mask_patch()
-        base = ensure_base(self.config.model_dir() / "base", self.config.seed)
         adapter = self.config.checkpoint_dir(latest) if latest else None
-        self._model, self._tokenizer = load_policy(base, adapter, trainable=False)
+        self._model, self._tokenizer = load_policy(
+            base_model_dir(self.config), adapter, trainable=False, config=self.config
+        )
         self._step = latest
 
     def continued_prompt_ids(
@@ -137,8 +146,11 @@ class TransformersEngine:
         does not render `messages` as a continuation of it (then the plain chat template is used).
         `messages` continue `prior` (`PriorTurn.continued_by`): checked by the caller, which has
         the redacted messages already."""
+        from training.backends.cpu import canonical_tools
+
         n = len(prior.messages)
         tok = self._tokenizer
+        tools = canonical_tools(tools)
         head = tok.apply_chat_template(messages[: n + 1], tools=tools, tokenize=False)
         full = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         eos = tok.eos_token
@@ -187,8 +199,14 @@ class TransformersEngine:
             except ContextTooLong as exc:
                 raise BadRequest(str(exc), 400, "context_length_exceeded") from exc
             step = self.checkpoint_step
+        dumped = [c.model_dump(mode="json") for c in choices]
+        # As vLLM with --enable-auto-tool-choice: a request that offers tools gets the calls its
+        # completion writes as `tool_calls`, unless it said tool_choice "none". A forced choice
+        # ("required", a named function) is read the same way: this engine cannot constrain decoding.
+        if tools and (options or {}).get("tool_choice") != "none":
+            dumped = [with_tool_calls(c) for c in dumped]
         return Completion(
-            choices=[c.model_dump(mode="json") for c in choices],
+            choices=dumped,
             prompt_token_ids=list(prompt_ids),
             completion_token_ids=[_token_ids(c) for c in choices],
             checkpoint_step=step,

@@ -1,2 +1,2 @@
 """Tasks the policy practises, checked by running code: scenario sets and verifiers, workspace
-snapshots, the sandbox runner, self-play rollouts and held-out eval."""
+snapshots, the sandbox runner, self-play rollouts, task files and held-out eval."""

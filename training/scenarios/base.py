@@ -332,25 +332,28 @@ def humaneval_split(task_id: str) -> Literal["train", "heldout"]:
 HUMANEVAL_SYSTEM = "Complete the Python function. Reply with the function body only, in a ```python block."
 
 
+def humaneval_scenario(problem: dict[str, Any], split: Literal["train", "heldout"]) -> Scenario:
+    """A problem in HumanEval's format (task_id, prompt, test, entry_point, canonical_solution) as a
+    scenario: the prompt is the user's message, the values verifier judges the answer."""
+    return Scenario(
+        id=problem["task_id"],
+        messages=(
+            {"role": "system", "content": HUMANEVAL_SYSTEM},
+            {"role": "user", "content": problem["prompt"]},
+        ),
+        verifier=Verifier(
+            "humaneval", {k: problem[k] for k in ("prompt", "test", "entry_point", "canonical_solution")}
+        ),
+        split=split,
+    )
+
+
 def humaneval_scenarios(split: Split = "all", limit: int | None = None) -> list[Scenario]:
     out = []
     for problem in humaneval_problems():
         s = humaneval_split(problem["task_id"])
-        if split != "all" and s != split:
-            continue
-        out.append(
-            Scenario(
-                id=problem["task_id"],
-                messages=(
-                    {"role": "system", "content": HUMANEVAL_SYSTEM},
-                    {"role": "user", "content": problem["prompt"]},
-                ),
-                verifier=Verifier(
-                    "humaneval", {k: problem[k] for k in ("prompt", "test", "entry_point", "canonical_solution")}
-                ),
-                split=s,
-            )
-        )
+        if split == "all" or s == split:
+            out.append(humaneval_scenario(problem, s))
     return out[:limit] if limit is not None else out
 
 

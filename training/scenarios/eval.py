@@ -1,36 +1,193 @@
-"""`rlide eval --tasks humaneval --split heldout`: pass@1 of the current policy.
+"""`rlide eval`: pass@k of the current policy on code-checked tasks it never trained on.
 
-Each problem gets one completion (greedy by default, so pass@1 is exact rather than estimated),
-judged by the values it returns (`envpool.verifiers.values`: the completion's code runs only to
-return them; the problem's check runs on the trusted side). Code written by a model is run only
-through the runner the caller passes: envpool's sandbox in production; `SubprocessRunner` (no
-isolation) only on a disposable machine or for trusted code. A problem whose check cannot be
-recorded against its canonical solution counts as failed and is listed as `unverifiable`.
+**Tasks.** The built-in HumanEval set (`--tasks humaneval`, its held-out split by default), or a
+JSONL file in HumanEval's format (`--tasks PATH`, read by `training.scenarios.task_file`), whose
+tasks become scenarios through the same function as the built-in ones (`base.humaneval_scenario`).
+
+**Judging.** Each completion is judged by the values it returns (`envpool.verifiers.values`): the
+completion's code runs only to return them; the task's check runs on the trusted side. Code written
+by a model is run only through the runner the caller passes: envpool's sandbox in production;
+`SubprocessRunner` (no isolation) only on a disposable machine or for trusted code. A task whose
+check cannot be recorded against its canonical solution (a wrong one, a broken check) counts as
+failed and is listed as `unverifiable`.
+
+**Why a task needs its canonical solution.** The values verifier learns which calls the check
+makes by running the check against the canonical solution. Without one, the remaining judge would
+be the check run in one program with the candidate and that program's exit status as the verdict:
+exactly what the values verifier replaced, because it is not adversarially sound (a candidate that
+raised `SystemExit` passed 164 of 164 HumanEval problems; the sandbox contains such code, it does
+not make its exit status honest). `envpool.verifiers.plain` is the codec that carries values across
+the sandbox's wall, not a judge of its own. So a task file with tasks lacking `canonical_solution`
+is refused before anything is sampled, naming them.
+
+**Sampling and scores.** K completions per task from one call (`n=K`): greedy when K is 1 (pass@1
+is then exact), else at `temperature`. pass@k for k in (1, K) is the unbiased estimator of Chen et
+al. 2021 (the Codex paper), `1 - C(n-c, k) / C(n, k)` per task with c of its n samples correct,
+averaged over tasks. `ci95` is a 95% confidence interval of pass@1 over tasks: the Wilson score
+interval when K is 1 (each task passes or fails); when K > 1 the normal approximation over the
+tasks' per-task pass@1 (mean ± 1.96·s/√N, clipped to [0, 1]; it says nothing about a single task
+and collapses to a point when every task scores the same).
+
+**Never the tasks it trained on, checked.** Before anything is sampled, the tasks are checked
+against the run's ledger (`training.data.ledger`, written by every training step): a task the run
+trained on (same id, or its prompt inside a trained user message) refuses the eval, naming them,
+unless `skip_trained` drops them; the report lists them as `skipped_trained`.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-from training.scenarios.base import ProgramRunner, Scenario, Split, VerifierUnavailable, builtin, humaneval_verdict
+from training.data.ledger import LedgerError, trained_overlap
+from training.scenarios.base import (
+    ProgramRunner,
+    Scenario,
+    Split,
+    VerifierUnavailable,
+    builtin,
+    humaneval_scenario,
+    humaneval_verdict,
+)
+from training.scenarios.task_file import TaskFileError, read_task_file
+
+BUILTIN_TASKS = "humaneval"
+Z95 = 1.959963984540054
+"""The standard normal's 97.5th percentile."""
+SHOWN = 10
+"""Most task ids an error lists."""
+
+
+class EvalRefused(ValueError):
+    """An eval that would not measure what its report would claim; the message says what to change."""
 
 
 class CompletionPolicy(Protocol):
-    """Anything that answers chat messages with text: the gateway engine, a backend, an API client."""
+    """Anything that answers chat messages with `n` texts: the gateway engine, a backend, an API client."""
 
-    def __call__(self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float, seed: int) -> str: ...
+    def __call__(
+        self, messages: list[dict[str, Any]], *, n: int, max_tokens: int, temperature: float, seed: int
+    ) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class EvalTasks:
+    """The tasks an eval runs, checked against the run's ledger (`select_tasks`)."""
+
+    name: str
+    """`humaneval`, or the task file's path as given."""
+    split: str
+    """The built-in set's split; `all` for a task file."""
+    scenarios: list[Scenario]
+    source: dict[str, str]
+    """{"builtin": name} or {"path": resolved path, "sha256": of the file's bytes}."""
+    skipped_trained: list[str] = field(default_factory=list)
+
+
+def select_tasks(
+    tasks: str,
+    *,
+    split: Split | None = None,
+    limit: int | None = None,
+    model_dir: Path | None = None,
+    skip_trained: bool = False,
+) -> EvalTasks:
+    """The first `limit` tasks of `tasks` (`humaneval` or a task file's path), less those the run at
+    `model_dir` trained on when `skip_trained`; `EvalRefused` if it trained on any otherwise (no
+    `model_dir`: a policy no run trained, nothing to check). Fast: nothing is sampled or run."""
+    if tasks == BUILTIN_TASKS:
+        split = split or "heldout"
+        scenarios, source = builtin(tasks, split), {"builtin": tasks}
+    else:
+        if split is not None:
+            raise EvalRefused("a split picks part of the built-in humaneval set; a task file is evaluated whole")
+        scenarios, source = _file_scenarios(Path(tasks))
+    scenarios = scenarios[:limit] if limit is not None else scenarios
+    trained: list[str] = []
+    if model_dir is not None:
+        try:
+            trained = trained_overlap(model_dir, [(s.id, s.verifier.data["prompt"]) for s in scenarios])
+        except LedgerError as exc:
+            raise EvalRefused(f"cannot tell which tasks the run trained on: {exc}") from exc
+    if trained and not skip_trained:
+        raise EvalRefused(
+            f"the run trained on {len(trained)} of these {len(scenarios)} tasks ({_listed(trained)}): a score on them"
+            " measures memory, not skill. Pass --skip-trained to leave them out (the report lists them),"
+            " or evaluate on other tasks"
+        )
+    dropped = set(trained)
+    kept = [s for s in scenarios if s.id not in dropped]
+    if not kept:
+        raise EvalRefused(f"the run trained on every one of these {len(scenarios)} tasks: nothing is left to evaluate")
+    return EvalTasks(tasks, split or "all", kept, source, trained)
+
+
+def _file_scenarios(path: Path) -> tuple[list[Scenario], dict[str, str]]:
+    try:
+        file = read_task_file(path)
+    except TaskFileError as exc:
+        raise EvalRefused(
+            f"{exc} (--tasks takes {BUILTIN_TASKS} or the path of a JSONL file in HumanEval's format)"
+        ) from exc
+    missing = [f"{task.task_id} (line {line})" for line, task in file.tasks if task.canonical_solution is None]
+    if missing:
+        raise EvalRefused(
+            f"{path}: no canonical_solution for {_listed(missing)}. The verifier learns what the check calls"
+            " by running it against a correct solution (running the check with the candidate and trusting its"
+            " exit status is not sound: a candidate can exit 0); add to each task, as canonical_solution, the"
+            " function body that completes its prompt"
+        )
+    scenarios = [humaneval_scenario(task.model_dump(), "heldout") for _, task in file.tasks]
+    return scenarios, {"path": str(path.resolve()), "sha256": file.sha256}
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN])
+    return shown if len(names) <= SHOWN else f"{shown} and {len(names) - SHOWN} more"
 
 
 @dataclass
 class TaskResult:
     task_id: str
-    passed: bool
+    samples: int
+    correct: int
     seconds: float
     detail: str = ""
-    """Why it failed (the verifier's line), or that it could not be verified."""
+    """Why a sample failed (the first failure's verifier line), or why the task could not be verified."""
     unverifiable: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.correct > 0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from `n` samples of which `c` are correct (Chen et al. 2021)."""
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (sound at 0 of n and n of n, unlike p ± z·se)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def normal_interval(values: list[float], z: float = Z95) -> tuple[float, float]:
+    """mean ± z·s/√N over `values` in [0, 1], clipped; [0, 1] with fewer than two values."""
+    if len(values) < 2:
+        return 0.0, 1.0
+    mean, half = statistics.fmean(values), z * statistics.stdev(values) / math.sqrt(len(values))
+    return max(0.0, mean - half), min(1.0, mean + half)
 
 
 @dataclass
@@ -39,69 +196,118 @@ class EvalReport:
     split: str
     model: str
     checkpoint_step: int | None
-    n: int
-    passed: int
+    samples: int
+    temperature: float
+    """What the samples were drawn at (0: greedy)."""
+    source: dict[str, str]
+    skipped_trained: list[str] = field(default_factory=list)
     results: list[TaskResult] = field(default_factory=list)
 
     @property
+    def n(self) -> int:
+        return len(self.results)
+
+    @property
+    def passed(self) -> int:
+        """Tasks with at least one correct sample."""
+        return sum(r.passed for r in self.results)
+
+    def pass_at(self, k: int) -> float:
+        if not self.results:
+            return 0.0
+        return statistics.fmean(pass_at_k(r.samples, r.correct, k) for r in self.results)
+
+    @property
     def pass_at_1(self) -> float:
-        return self.passed / self.n if self.n else 0.0
+        return self.pass_at(1)
+
+    def ci95(self) -> dict[str, Any]:
+        if self.samples == 1:
+            low, high = wilson_interval(self.passed, self.n)
+            return {"low": low, "high": high, "method": "wilson"}
+        low, high = normal_interval([pass_at_k(r.samples, r.correct, 1) for r in self.results])
+        return {"low": low, "high": high, "method": "normal approximation over tasks"}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tasks": self.tasks,
+            "tasks_source": self.source,
             "split": self.split,
             "model": self.model,
             "checkpoint_step": self.checkpoint_step,
             "n": self.n,
+            "samples": self.samples,
+            "temperature": self.temperature,
             "passed": self.passed,
             "pass_at_1": self.pass_at_1,
+            "pass_at_k": {str(k): self.pass_at(k) for k in sorted({1, self.samples})},
+            "ci95": self.ci95(),
             "failed": [r.task_id for r in self.results if not r.passed],
             "unverifiable": [r.task_id for r in self.results if r.unverifiable],
+            "skipped_trained": self.skipped_trained,
         }
 
 
 def evaluate(
     policy: CompletionPolicy,
     runner: ProgramRunner,
+    tasks: EvalTasks,
     *,
-    tasks: str = "humaneval",
-    split: Split = "heldout",
-    limit: int | None = None,
+    samples: int = 1,
+    temperature: float = 0.8,
     max_tokens: int = 512,
-    temperature: float = 0.0,
     seed: int = 0,
     timeout_s: float = 10.0,
     model: str = "policy",
     checkpoint_step: int | None = None,
 ) -> EvalReport:
-    if tasks != "humaneval":
-        raise ValueError(f"unknown eval task set {tasks!r}: only 'humaneval' runs code-checked evals")
-    scenarios: list[Scenario] = builtin(tasks, split)
-    if limit is not None:
-        scenarios = scenarios[:limit]
+    """`samples` completions per task of `tasks` (one call each), judged in `runner`."""
+    if samples < 1:
+        raise ValueError("samples must be at least 1")
+    drawn_at = 0.0 if samples == 1 else temperature
     report = EvalReport(
-        tasks=tasks, split=split, model=model, checkpoint_step=checkpoint_step, n=len(scenarios), passed=0
+        tasks=tasks.name,
+        split=tasks.split,
+        model=model,
+        checkpoint_step=checkpoint_step,
+        samples=samples,
+        temperature=drawn_at,
+        source=tasks.source,
+        skipped_trained=list(tasks.skipped_trained),
     )
-    for i, scenario in enumerate(scenarios):
+    for i, scenario in enumerate(tasks.scenarios):
         started = time.perf_counter()
-        completion = policy(list(scenario.messages), max_tokens=max_tokens, temperature=temperature, seed=seed + i)
+        completions = policy(
+            list(scenario.messages), n=samples, max_tokens=max_tokens, temperature=drawn_at, seed=seed + i
+        )
+        if len(completions) != samples:
+            raise ValueError(f"the policy answered {scenario.id} with {len(completions)} completions, not {samples}")
+        report.results.append(_judge(scenario, completions, runner, timeout_s, started))
+    return report
+
+
+def _judge(
+    scenario: Scenario, completions: list[str], runner: ProgramRunner, timeout_s: float, started: float
+) -> TaskResult:
+    correct, detail = 0, ""
+    for completion in completions:
         try:
             verdict = humaneval_verdict(scenario.verifier.data, completion, runner, timeout_s)
-            result = TaskResult(scenario.id, verdict.passed, time.perf_counter() - started, verdict.detail)
-        except VerifierUnavailable as exc:
-            result = TaskResult(scenario.id, False, time.perf_counter() - started, str(exc), unverifiable=True)
-        report.results.append(result)
-        report.passed += int(result.passed)
-    return report
+        except VerifierUnavailable as exc:  # the task's fault or the sandbox's, never the sample's
+            return TaskResult(scenario.id, len(completions), 0, time.perf_counter() - started, str(exc), True)
+        correct += verdict.passed
+        detail = detail or verdict.detail
+    return TaskResult(scenario.id, len(completions), correct, time.perf_counter() - started, detail)
 
 
 def engine_policy(engine: Any) -> CompletionPolicy:
     """Adapt a gateway `PolicyEngine` (e.g. `TransformersEngine`) to a `CompletionPolicy`."""
 
-    def complete(messages: list[dict[str, Any]], *, max_tokens: int, temperature: float, seed: int) -> str:
-        result = engine.complete(messages, n=1, max_tokens=max_tokens, temperature=temperature, seed=seed, tools=None)
-        return str(result.choices[0]["message"].get("content") or "")
+    def complete(
+        messages: list[dict[str, Any]], *, n: int, max_tokens: int, temperature: float, seed: int
+    ) -> list[str]:
+        result = engine.complete(messages, n=n, max_tokens=max_tokens, temperature=temperature, seed=seed, tools=None)
+        return [str(choice["message"].get("content") or "") for choice in result.choices]
 
     return complete
 
@@ -109,22 +315,23 @@ def engine_policy(engine: Any) -> CompletionPolicy:
 def eval_current_policy(
     backend_config: Any,
     runner: ProgramRunner,
+    tasks: EvalTasks,
     *,
-    tasks: str = "humaneval",
-    split: Split = "heldout",
-    limit: int | None = None,
+    samples: int = 1,
+    temperature: float = 0.8,
     max_tokens: int = 256,
 ) -> EvalReport:
-    """pass@1 of the latest checkpoint of a cpu-backend run (wired as `rlide eval`)."""
+    """pass@k of the latest checkpoint of a cpu-backend run (wired as `rlide eval`); `tasks` from
+    `select_tasks` with the run's `model_dir()`."""
     from training.gateway.engines import TransformersEngine
 
     engine = TransformersEngine(backend_config)
     return evaluate(
         engine_policy(engine),
         runner,
-        tasks=tasks,
-        split=split,
-        limit=limit,
+        tasks,
+        samples=samples,
+        temperature=temperature,
         max_tokens=max_tokens,
         model=engine.model_id,
         checkpoint_step=engine.checkpoint_step,

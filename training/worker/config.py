@@ -32,8 +32,9 @@ class WorkerConfig:
     """Trajectories per GRPO group (rollouts per scenario, policy episodes per task)."""
     groups_per_step: int = 4
     """Rollout groups sampled per step."""
-    max_tokens: int = 12
-    """Longest rollout completion, in tokens."""
+    max_tokens: int | None = None
+    """Longest rollout completion, in tokens; None: 12 for tiny-qwen2 (its toy answers), 384 for a
+    pretrained model (a function body or a small diff)."""
     temperature: float = 1.0
     """Sampling temperature of rollouts (1.0: logprobs are the policy's own)."""
     max_staleness: int = 2
@@ -64,6 +65,9 @@ class WorkerConfig:
     """External episodes (the IDE's own model) whose reward total reaches this are imitated by SFT steps."""
     sft_batch: int = 8
     """Most external episodes per SFT step; 0 turns SFT off."""
+    dpo_batch: int = 0
+    """Most preference pairs (`dpo` export: episodes of one task whose rewards differ by 0.5 or more)
+    per DPO step, taken after SFT and before GRPO; 0 (default) turns DPO off."""
 
     @classmethod
     def for_home(cls, home: Path, database_url: str, *, backend: str = "cpu", **overrides: Any) -> WorkerConfig:
@@ -75,6 +79,12 @@ class WorkerConfig:
             plot_path=overrides.pop("plot_path", home / "training" / "reward.png"),
             **overrides,
         )
+
+    @property
+    def rollout_max_tokens(self) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return 12 if self.backend.base_model == "tiny-qwen2" else 384
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -25,6 +25,11 @@ reward total reaches `sft_min_reward` are waiting (not yet used by this run), an
 `training_sft_episodes`, the run's SFT cursor: each episode is used once, across restarts). A
 backend without a supervised step skips them: the run records how many wait and why, no error.
 
+DPO on preference pairs (off unless `dpo_batch` > 0): when no SFT step is due, pairs of logged
+episodes of one task whose rewards differ by `MIN_MARGIN` or more (`export.dpo_pairs`) that the
+run has not used make one preference step on a backend that `SupportsDPO`, committed with the
+pairs in one transaction (table `training_dpo_pairs`, the run's DPO cursor).
+
 One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`
 (`training.worker.run_lock`). Backend errors back off exponentially (`backoff_initial_s` ..
 `backoff_max_s`) and give up after `max_backend_failures` in a row; `no_signal_patience` batches in
@@ -53,11 +58,12 @@ from training.backends.base import (
     BackendError,
     BackendUnavailable,
     NoTrainableData,
+    SupportsDPO,
     SupportsSFT,
     TrainingBackend,
     make_backend,
 )
-from training.data.export import sft_record
+from training.data.export import dpo_pairs, sft_record
 from training.data.groups import Group, filter_groups, groups_from_log
 from training.data.judge import JudgeConfig, judge_group
 from training.scenarios.base import (
@@ -169,7 +175,7 @@ class Worker:
                 step=step,
                 groups=cfg.groups_per_step,
                 group_size=cfg.group_size,
-                max_tokens=cfg.max_tokens,
+                max_tokens=cfg.rollout_max_tokens,
                 temperature=cfg.temperature,
                 seed=cfg.backend.seed,
                 attempt=attempt,
@@ -273,7 +279,7 @@ class Worker:
     def _step(self, report: WorkerReport) -> bool | None:
         """Train one step. True: trained; False: groups but no signal; None: no groups at all."""
         assert self.store is not None and self.backend is not None
-        if self._sft_step(report):
+        if self._sft_step(report) or self._dpo_step(report):
             return True
         cfg = self.config
         started = time.perf_counter()
@@ -355,11 +361,11 @@ class Worker:
                 return False
             records: list[dict[str, Any]] = []
             trained: list[str] = []
-            unusable: list[str] = []
+            unusable: dict[str, str] = {}
             for episode in episodes:
                 record = sft_record(self.store, episode)
                 if record is None:
-                    unusable.append(episode.id)
+                    unusable[episode.id] = "no conversation to imitate (no tool calls or answer recorded)"
                 else:
                     records.append(record)
                     trained.append(episode.id)
@@ -372,8 +378,11 @@ class Worker:
             except NoTrainableData as exc:  # e.g. every conversation longer than max_seq_len
                 log.warning("sft_batch_unusable", run=cfg.run, episodes=len(episodes), error=str(exc))
                 self.backend.rollback(report.step)
-                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=trained + unusable)
+                unusable |= {e: exc.skipped.get(i, str(exc)) for i, e in enumerate(trained)}
+                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
                 continue
+            unusable |= {trained[i]: why for i, why in result.skipped.items()}
+            trained = [e for i, e in enumerate(trained) if i not in result.skipped]
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
                 self.store.runs.commit_sft_step(
@@ -395,6 +404,46 @@ class Worker:
                 unusable=len(unusable),
                 loss=metrics.get("losses/sft_loss"),
             )
+            return True
+
+    def _dpo_step(self, report: WorkerReport) -> bool:
+        """One preference step on pairs of logged episodes this run has not used, if DPO is on and
+        the backend has the step; True when a step was trained and committed."""
+        assert self.store is not None and self.backend is not None
+        cfg = self.config
+        if cfg.dpo_batch <= 0 or not isinstance(self.backend, SupportsDPO):
+            return False
+        used = self.store.runs.dpo_used(cfg.run)
+        while True:
+            pairs = [p for p in dpo_pairs(self.store) if (p.chosen, p.rejected) not in used][: cfg.dpo_batch]
+            if not pairs:
+                return False
+            keys = [(p.chosen, p.rejected) for p in pairs]
+            started = time.perf_counter()
+            try:
+                result = self.backend.train_dpo([p.record for p in pairs])
+            except NoTrainableData as exc:
+                log.warning("dpo_batch_unusable", run=cfg.run, pairs=len(pairs), error=str(exc))
+                self.backend.rollback(report.step)
+                unusable = {k: exc.skipped.get(i, str(exc)) for i, k in enumerate(keys)}
+                self.store.runs.commit_dpo_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                used.update(keys)
+                continue
+            trained = [k for i, k in enumerate(keys) if i not in result.skipped]
+            unusable = {keys[i]: why for i, why in result.skipped.items()}
+            metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
+            try:
+                self.store.runs.commit_dpo_step(
+                    cfg.run, step=result.step, trained=trained, unusable=unusable, metrics=metrics
+                )
+            except StoreError:
+                self.backend.rollback(report.step)
+                raise
+            report.step = result.step
+            report.steps_trained += 1
+            report.dpo_steps += 1
+            report.dpo_pairs += len(trained)
+            log.info("dpo_step", run=cfg.run, step=result.step, pairs=len(trained), loss=metrics.get("losses/dpo_loss"))
             return True
 
     def _record_sft_skip(self, report: WorkerReport) -> None:

@@ -39,6 +39,10 @@ class WorkerReport:
     sft_skipped: int = 0
     """External episodes ready for SFT that the backend cannot imitate (it has no supervised step)."""
     sft_skip_reason: str | None = None
+    dpo_steps: int = 0
+    """Of `steps_trained`, how many were preference (DPO) steps."""
+    dpo_pairs: int = 0
+    """Preference pairs those DPO steps trained on."""
     rollouts: int = 0
     """Self-play trajectories sampled and scored by their verifier."""
     scenarios_unavailable: int = 0

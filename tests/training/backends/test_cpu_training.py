@@ -186,6 +186,7 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
     for i in range(2):
         external_episode(store, f"make the parser accept comments #{i}", 1.0)
     external_episode(store, "a failed attempt", -1.0)
+    too_long = external_episode(store, "make the parser accept " + "nested " * 3000 + "comments", 1.0)
     store.close()
     backend = BackendConfig(path=tmp_path / "art", max_seq_len=4096)
     cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None)
@@ -209,5 +210,42 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
     assert shown.exit_code == 0, shown.output
     status = json.loads(shown.stdout)
     assert (status["sft_steps"], status["sft_episodes_trained"], status["step"]) == (1, 2, 1)
+    # The over-long success was set aside with its reason, which status shows.
+    assert status["sft_episodes_unusable"] == 1
+    assert status["sft_latest_unusable"].startswith(f"{too_long}: ")
+    assert "longer than max_seq_len=4096" in status["sft_latest_unusable"]
+    assert [p["algorithm"] for p in status["recent"]] == ["sft"]
     text = CliRunner().invoke(app, ["train", "status"]).stdout
-    assert "sft steps 1 on 2 external episodes" in text and "sft 2 episodes" in text
+    assert "sft steps 1 on 2 external episodes" in text and "sft " in text.splitlines()[-1]
+    assert "set aside: 1 episode(s): " in text
+
+
+def test_the_worker_takes_a_real_dpo_step_on_pairs_of_logged_episodes(tmp_path: Path) -> None:
+    """Two episodes of one task, rewards 2 apart: with DPO on, one preference step on that pair,
+    committed with it; the next pass finds the pair used and trains nothing."""
+    from episodes.records import EpisodeStatus
+    from tests.logdata import external_episode
+
+    db = tmp_path / "ep.db"
+    store = EpisodeStore.open(str(db))
+    chosen = external_episode(store, "make the parser accept comments", 1.0)
+    rejected = external_episode(store, "make the parser accept comments", -1.0, status=EpisodeStatus.failure)
+    store.close()
+    backend = BackendConfig(path=tmp_path / "art", max_seq_len=4096)
+    cfg = WorkerConfig(
+        database_url=str(db), backend=backend, scenarios=None, plot_path=None, sft_batch=0, dpo_batch=4
+    )
+
+    report = train(cfg, once=True)
+    assert (report.dpo_steps, report.dpo_pairs, report.step) == (1, 1, 1)
+    store = EpisodeStore.open(str(db))
+    [record] = store.runs.training_steps("default")
+    assert record.metrics["losses/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)  # policy = reference at first
+    assert store.runs.dpo_used("default") == {(chosen, rejected)}
+    status = read_status(store, "default")
+    assert (status.dpo_steps, status.dpo_pairs_trained) == (1, 1)
+    assert [p.algorithm for p in status.recent] == ["dpo"]
+    store.close()
+
+    report = train(cfg, once=True)
+    assert (report.steps_trained, report.step) == (0, 1)

@@ -35,6 +35,28 @@ def setup(tmp_path: Path, store: EpisodeStore) -> tuple[Gateway, TestClient, Bac
     return gateway, TestClient(gateway.app), config
 
 
+def _smollm2_installed() -> bool:
+    from training.models.registry import PACKAGED, installed
+
+    return installed(PACKAGED["smollm2-135m-instruct"]) is not None
+
+
+@pytest.fixture(
+    params=[
+        "tiny-qwen2",
+        pytest.param(
+            "smollm2-135m-instruct",
+            marks=pytest.mark.skipif(not _smollm2_installed(), reason="rlide models fetch smollm2-135m-instruct"),
+        ),
+    ]
+)
+def model_setup(request: pytest.FixtureRequest, tmp_path: Path, store: EpisodeStore) -> tuple[Gateway, TestClient]:
+    """The endpoint on the tiny model, and on a real pretrained one with its own chat template."""
+    config = BackendConfig(path=tmp_path / "art", base_model=request.param, dtype="float32")
+    gateway = Gateway(TransformersEngine(config, reload_interval_s=0.0), store)
+    return gateway, TestClient(gateway.app)
+
+
 def client_for(http: TestClient, episode_id: str | None = None) -> openai.OpenAI:
     base = f"http://testserver/episodes/{episode_id}/v1" if episode_id else "http://testserver/v1"
     return openai.OpenAI(base_url=base, api_key="unused", http_client=http, max_retries=0)
@@ -133,6 +155,97 @@ def test_a_redacted_turn_is_still_continued_token_in_token_out(
     other = [*first, {"role": "assistant", "content": "something else"}, {"role": "user", "content": "thanks"}]
     assert not prior.continued_by(redact(other))
     assert not prior.continued_by(redact(follow[:2]))  # nothing after the echoed answer
+
+
+def teach(
+    engine: TransformersEngine, messages: list[dict[str, str]], tools: list[dict[str, object]], text: str
+) -> None:
+    """Train the served model (all its weights, in place) until greedy decoding answers `messages`
+    with exactly `text`: the way to make a model write a given tool call (the tiny one writes
+    noise; SmolLM2 answers prose)."""
+    import torch
+
+    model, tok = engine._model, engine._tokenizer  # type: ignore[attr-defined]
+    from training.backends.cpu import canonical_tools
+
+    prompt = tok.apply_chat_template(
+        messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    target = torch.tensor([*tok.encode(text, add_special_tokens=False), tok.eos_token_id])
+    ids = torch.tensor([[*prompt, *target.tolist()]])
+    weights = list(model.parameters())
+    for w in weights:
+        w.requires_grad_(True)
+    optimizer = torch.optim.Adam(weights, lr=3e-3)
+    for _ in range(300):
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        if bool((logits.argmax(-1) == target).all()) and loss.item() < 0.1:  # a margin for cached decoding
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    else:
+        raise AssertionError(f"the model did not learn to write {text!r} (loss {loss.item():.3f})")
+    for w in weights:
+        w.requires_grad_(False)
+    model.eval()
+
+
+def test_a_tool_call_the_student_writes_is_answered_as_tool_calls_and_continued_token_in_token_out(
+    model_setup: tuple[Gateway, TestClient],
+) -> None:
+    """The model writes a Hermes tool call; a request that offers tools gets it as OpenAI
+    `tool_calls` (plain and streamed), one that says tool_choice "none" gets the text. The agent
+    sends the call back with its arguments re-serialized: that still continues the recorded turn,
+    so the next prompt splices the exact sampled tokens; other arguments do not."""
+    gateway, http = model_setup
+    engine = gateway.engine
+    assert isinstance(engine, TransformersEngine)
+    tools: list[dict[str, object]] = [{"type": "function", "function": {"name": "run"}}]
+    messages = [{"role": "user", "content": "Go."}]
+    written = 'ok<tool_call>{"name": "run", "arguments": {"n": 1}}</tool_call>'
+    teach(engine, messages, tools, written)
+    ask = {"model": "student", "messages": messages, "tools": tools, "max_tokens": 80, "temperature": 0}
+
+    as_text = client_for(http).chat.completions.create(**ask, tool_choice="none")  # type: ignore[call-overload]
+    assert as_text.choices[0].message.content == written and as_text.choices[0].message.tool_calls is None
+    streamed: dict[str, str] = {"name": "", "arguments": ""}
+    for chunk in client_for(http).chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        for delta_call in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            streamed["name"] += delta_call.function.name or ""
+            streamed["arguments"] += delta_call.function.arguments or ""
+        if chunk.choices and chunk.choices[0].finish_reason:
+            assert chunk.choices[0].finish_reason == "tool_calls"
+    assert streamed == {"name": "run", "arguments": '{"n": 1}'}
+
+    def first_turn() -> tuple[str, str]:
+        episode_id = http.post("/episodes", json={"task": "go"}).json()["episode_id"]
+        resp = client_for(http, episode_id).chat.completions.create(**ask)  # type: ignore[call-overload]
+        choice = resp.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content == "ok"
+        [made] = choice.message.tool_calls
+        assert made.id.startswith("chatcmpl-tool-") and made.function.name == "run"
+        assert json.loads(made.function.arguments) == {"n": 1}
+        return episode_id, made.id
+
+    def continue_with(episode_id: str, call_id: str, arguments: str) -> bool:
+        """Whether the second turn's prompt starts with the first turn's exact prompt and completion."""
+        echoed = {"id": call_id, "type": "function", "function": {"name": "run", "arguments": arguments}}
+        follow = [
+            *messages,
+            {"role": "assistant", "content": "ok", "tool_calls": [echoed]},
+            {"role": "tool", "tool_call_id": call_id, "content": "1 passed"},
+        ]
+        client_for(http, episode_id).chat.completions.create(**{**ask, "messages": follow, "max_tokens": 4})  # type: ignore[call-overload]
+        first, second = gateway.store.turns.policy_turns(episode_id)
+        assert first.choice["__choice__"]["message"]["tool_calls"][0]["function"]["arguments"] == '{"n": 1}'
+        earlier = [*(first.prompt_token_ids or []), *(first.completion_token_ids or [])]
+        return (second.prompt_token_ids or [])[: len(earlier)] == earlier
+
+    assert continue_with(*first_turn(), '{"n":1}')  # compact, as many clients re-serialize
+    assert not continue_with(*first_turn(), '{"n": 2}')  # not the call the policy made: re-tokenized
 
 
 def test_a_stop_string_ends_the_completion_where_it_starts(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:

