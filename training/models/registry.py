@@ -20,6 +20,9 @@ from pydantic import BaseModel, ValidationError
 from common.model_cache import model_cache_dir
 
 PROVENANCE_FILE = "rlide-model.json"
+CONVERSION = 2
+"""How `fetch.convert` makes a folder; a folder made by an older conversion is fetched again.
+2: the GGUF's vocabulary padding (`[PAD151665]`..) is registered as special tokens."""
 
 
 class ModelError(RuntimeError):
@@ -149,6 +152,7 @@ class Provenance(BaseModel):
     gguf_sha256: str
     chat_template: str | None = None
     """The template that replaced the GGUF's own, by its sha256 (None: the GGUF's own)."""
+    conversion: int = 1
     converted_with: dict[str, str]
     """Package versions that made the folder (transformers, gguf, torch)."""
     created_at: datetime
@@ -169,7 +173,7 @@ def installed(model: PackagedModel, cache_dir: Path | None = None) -> Provenance
         return None
     if provenance.gguf_sha256 != model.gguf_sha256 or not (folder / "config.json").is_file():
         return None
-    if provenance.chat_template != template_sha256(model):
+    if provenance.chat_template != template_sha256(model) or provenance.conversion != CONVERSION:
         return None
     return provenance
 

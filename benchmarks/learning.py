@@ -1,0 +1,410 @@
+"""Does rlide make a real model better at a user's project? Held-out pass@1 before and after.
+
+    python benchmarks/learning.py [--model qwen2.5-coder-0.5b-instruct] [--humaneval 24]
+
+1. A git workspace holds *shipkit* (`benchmarks/shipkit_tasks.py`): a small code base whose house
+   rules are written nowhere, and one file and test per task. A teacher solves each *train* task
+   through rlide's own MCP server, as an IDE agent does: `start_episode` (naming the test
+   command), `search_code`, `run_tests` on the untouched stub, the fix written to disk (the IDE's
+   editor), `run_tests` again (the verified reward), `end_episode` with the function as its answer.
+2. The student (a packaged offline model by default) is evaluated greedily, batched, on the
+   held-out shipkit tasks and on HumanEval's held-out split, judged by the value verifier in the
+   sandbox.
+3. It trains: SFT on the `sft` export of the teacher's episodes; one DPO step preferring the
+   teacher's answer to the student's own failed one on the train tasks; GRPO on the train tasks
+   with verified rewards (groups of sampled answers, each judged in the sandbox).
+4. It is evaluated again. JSON goes to stdout (and --out), a PNG to --plot: pass@1 before/after
+   with Wilson 95% intervals, seconds per SFT/DPO/GRPO step, sampling tokens/s, peak memory, and
+   the machine's load.
+
+Runs in 30-50 minutes on 2 cores with the 0.5B model. Nothing it trains on is evaluated: the
+held-out tasks are checked against the trained-task ledger before the final evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+# Run as a script, this folder is sys.path[0], where benchmarks/envpool.py would shadow the envpool package.
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != HERE]
+sys.path.insert(0, str(ROOT))
+sys.path.append(str(HERE))
+
+from shipkit_tasks import CORE, records  # noqa: E402
+
+PYTEST = "python -m pytest -q -p no:cacheprovider"
+
+
+def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 0.0)
+    p = passed / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def make_workspace(root: Path, tasks: list[dict[str, Any]]) -> None:
+    """shipkit as a git repository: the core, one stub module and one pytest file per task."""
+    (root / "shipkit").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "shipkit" / "__init__.py").write_text('"""shipkit: parcel pricing."""\n')
+    (root / "shipkit" / "core.py").write_text(CORE)
+    for task in tasks:
+        name = task["entry_point"]
+        (root / "shipkit" / f"{name}.py").write_text(task["prompt"] + "    raise NotImplementedError\n")
+        (root / "tests" / f"test_{name}.py").write_text(
+            f"from shipkit.{name} import {name}\n\n{task['test']}\n\ndef test_{name}():\n    check({name})\n"
+        )
+    git = ["git", "-C", str(root), "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "shipkit"], check=True)
+
+
+async def teacher_episodes(home: Path, workspace: Path, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The teacher solves each task through rlide's MCP tools; returns what the log recorded."""
+    from mcp import Client
+
+    from mcp_server.server import build_server
+    from mcp_server.settings import load_settings
+
+    settings = load_settings(home=home, workspace=workspace)
+    rewards = []
+    async with Client(build_server(settings), mode="legacy") as client:
+        for task in tasks:
+            name = task["entry_point"]
+            command = f"{PYTEST} tests/test_{name}.py"
+            started = await client.call_tool("start_episode", {"task": task["prompt"], "test_command": command})
+            episode_id = (started.structured_content or {})["episode_id"]
+            await client.call_tool("search_code", {"query": f"shipkit {name.replace('_', ' ')} zone rate", "k": 1})
+            await client.call_tool("run_tests", {"test_command": command})
+            module = workspace / "shipkit" / f"{name}.py"
+            stub = module.read_text()
+            module.write_text(task["prompt"] + task["canonical_solution"])  # the IDE's own editor
+            answered = await client.call_tool("run_tests", {"test_command": command})
+            function = task["prompt"].removeprefix(CORE) + task["canonical_solution"]
+            ended = await client.call_tool(
+                "end_episode",
+                {"outcome": "success", "summary": f"```python\n{function}```", "episode_id": episode_id},
+            )
+            module.write_text(stub)
+            episode = (ended.structured_content or {}).get("episode") or {}
+            rewards.append({"task": name, "run_tests": (answered.structured_content or {}).get("reward"), **episode})
+    return {"database_url": settings.episode_db_url, "episodes": rewards}
+
+
+def prompts_of(tokenizer: Any, problems: list[dict[str, Any]]) -> list[list[int]]:
+    from training.scenarios.base import HUMANEVAL_SYSTEM
+
+    out = []
+    for p in problems:
+        messages = [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}]
+        rendered: Any = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        out.append(list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered))
+    return out
+
+
+class Evaluator:
+    def __init__(self, runner: Any, max_tokens: int, batch: int) -> None:
+        self.runner = runner
+        self.max_tokens = max_tokens
+        self.batch = batch
+        self.generated_tokens = 0
+        self.generation_seconds = 0.0
+
+    def answers(self, backend: Any, problems: list[dict[str, Any]]) -> list[str]:
+        from training.backends.cpu import generate_batch
+
+        prompts = prompts_of(backend.tokenizer, problems)
+        texts = []
+        for i in range(0, len(prompts), self.batch):
+            started = time.perf_counter()
+            ids = generate_batch(
+                backend.model, backend.tokenizer, prompts[i : i + self.batch], max_tokens=self.max_tokens
+            )
+            self.generation_seconds += time.perf_counter() - started
+            self.generated_tokens += sum(len(x) for x in ids)
+            texts += [backend.tokenizer.decode(x, skip_special_tokens=True) for x in ids]
+        return texts
+
+    def pass_at_1(self, backend: Any, problems: list[dict[str, Any]]) -> dict[str, Any]:
+        from training.scenarios.base import VerifierUnavailable, humaneval_verdict
+
+        answers = self.answers(backend, problems)
+        passed, failed = 0, []
+        for problem, answer in zip(problems, answers, strict=True):
+            try:
+                ok = humaneval_verdict(problem, answer, self.runner, 10.0).passed
+            except VerifierUnavailable:
+                ok = False
+            passed += int(ok)
+            if not ok:
+                failed.append(problem["task_id"])
+        low, high = wilson(passed, len(problems))
+        return {
+            "n": len(problems),
+            "passed": passed,
+            "pass_at_1": passed / len(problems),
+            "ci95": [low, high],
+            "failed": failed,
+            "answers": dict(zip([p["task_id"] for p in problems], answers, strict=True)),
+        }
+
+
+def scenario_of(problem: dict[str, Any]) -> Any:
+    from training.scenarios.base import HUMANEVAL_SYSTEM, Scenario, Verifier
+
+    return Scenario(
+        id=problem["task_id"],
+        messages=({"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": problem["prompt"]}),
+        verifier=Verifier(
+            "humaneval", {k: problem[k] for k in ("task_id", "prompt", "test", "entry_point", "canonical_solution")}
+        ),
+        split="train",
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from envpool.sandbox import make_sandbox  # noqa: F401  # fail early without a sandbox
+    from episodes.store import EpisodeStore
+    from training.backends.base import BackendConfig, NoTrainableData
+    from training.backends.cpu import CpuBackend
+    from training.data.export import sft_records
+    from training.data.ledger import trained_overlap
+    from training.scenarios.base import humaneval_scenarios
+    from training.scenarios.rollout import rollout_groups
+    from training.scenarios.sandbox_runner import SandboxRunner
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    report: dict[str, Any] = {
+        "model": args.model,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_before": os.getloadavg(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
+        "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")},
+    }
+    shipkit = records()
+    train_tasks = [t for t in shipkit if t["split"] == "train"]
+    heldout_tasks = [t for t in shipkit if t["split"] == "heldout"]
+    humaneval = [{**s.verifier.data, "task_id": s.id} for s in humaneval_scenarios("heldout")[: args.humaneval]]
+    with tempfile.TemporaryDirectory(prefix="rlide-learning-") as tmp:
+        home, workspace = Path(tmp) / "home", Path(tmp) / "shipkit"
+        make_workspace(workspace, shipkit)
+        started = time.perf_counter()
+        teacher = asyncio.run(teacher_episodes(home, workspace, train_tasks))
+        report["teacher"] = {
+            "episodes": len(teacher["episodes"]),
+            "seconds": time.perf_counter() - started,
+            "run_tests_rewards": [e["run_tests"] for e in teacher["episodes"]],
+            "episode_rewards": [e.get("reward_total") for e in teacher["episodes"]],
+        }
+        store = EpisodeStore.open(teacher["database_url"])
+        sft = sft_records(store)
+        store.close()
+        report["teacher"]["sft_records"] = len(sft)
+
+        config = BackendConfig(
+            path=Path(tmp) / "art",
+            base_model=args.model,
+            learning_rate=args.lr,
+            dtype=args.dtype,
+            lora_rank=args.lora_rank,
+            seed=args.seed,
+        )
+        backend = CpuBackend(config)
+        CpuBackend.check(config)
+        started = time.perf_counter()
+        backend.start()
+        report["load_seconds"] = time.perf_counter() - started
+        runner = SandboxRunner()
+        evaluator = Evaluator(runner, args.max_tokens, args.eval_batch)
+        try:
+            report["before"] = {
+                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks),
+                "shipkit_train": evaluator.pass_at_1(backend, train_tasks),
+                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval),
+            }
+            log(report["before"])
+
+            steps: dict[str, list[dict[str, float]]] = {"sft": [], "dpo": [], "grpo": []}
+            for epoch in range(args.sft_epochs):
+                for i in range(0, len(sft), args.sft_batch):
+                    result = backend.train_sft(sft[i : i + args.sft_batch])
+                    steps["sft"].append({"epoch": epoch, **result.metrics})
+                    log({"sft": result.step, "loss": result.metrics["losses/sft_loss"]})
+
+            # The student's own failed answers on train tasks, against the teacher's.
+            failed_before = report["before"]["shipkit_train"]["answers"]
+            pairs = [
+                {
+                    "prompt": scenario_of(t).messages,
+                    "chosen": [
+                        {
+                            "role": "assistant",
+                            "content": f"```python\n{t['prompt'].removeprefix(CORE)}{t['canonical_solution']}```",
+                        }
+                    ],
+                    "rejected": [{"role": "assistant", "content": failed_before[t["task_id"]]}],
+                }
+                for t in train_tasks
+                if t["task_id"] in report["before"]["shipkit_train"]["failed"]
+            ][: args.dpo_pairs]
+            if pairs:
+                try:
+                    result = backend.train_dpo([{**p, "prompt": list(p["prompt"])} for p in pairs])
+                    steps["dpo"].append(result.metrics)
+                    log({"dpo": result.step, "loss": result.metrics["losses/dpo_loss"]})
+                except NoTrainableData as exc:
+                    report["dpo_skipped"] = str(exc)
+
+            scenarios = [scenario_of(t) for t in train_tasks]
+            grpo_zero_variance = 0
+            for step in range(args.grpo_steps):
+                rollouts = rollout_groups(
+                    backend,
+                    scenarios,
+                    run="learning",
+                    step=backend.step,
+                    groups=args.grpo_groups,
+                    group_size=args.group_size,
+                    max_tokens=args.max_tokens,
+                    temperature=args.temperature,
+                    seed=args.seed + step,
+                    runner=runner,
+                )
+                groups = [g for g in rollouts.groups if g.reward_std > 0]
+                grpo_zero_variance += len(rollouts.groups) - len(groups)
+                rewards = [r for g in rollouts.groups for r in g.rewards]
+                if not groups:
+                    steps["grpo"].append(
+                        {"skipped_zero_variance": 1.0, "reward_mean": sum(rewards) / max(1, len(rewards))}
+                    )
+                    continue
+                result = backend.train(groups)
+                steps["grpo"].append({**result.metrics, "reward_mean": sum(rewards) / len(rewards)})
+                log({"grpo": result.step, "reward_mean": steps["grpo"][-1]["reward_mean"]})
+            report["grpo_groups_zero_variance"] = grpo_zero_variance
+
+            overlap = trained_overlap(
+                config.model_dir(),
+                [(t["task_id"], t["prompt"].removeprefix(CORE)) for t in [*heldout_tasks, *humaneval]],
+            )
+            if overlap:
+                raise SystemExit(f"held-out tasks were trained on: {overlap}")
+            report["after"] = {
+                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks),
+                "shipkit_train": evaluator.pass_at_1(backend, train_tasks),
+                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval),
+            }
+            log(report["after"])
+        finally:
+            runner.close()
+            backend.close()
+        report["steps"] = steps
+        report["seconds_per_step"] = {
+            k: (sum(s.get("perf/train_seconds", 0.0) for s in v) / len([s for s in v if "perf/train_seconds" in s]))
+            if any("perf/train_seconds" in s for s in v)
+            else None
+            for k, v in steps.items()
+        }
+        report["sampling_tokens_per_second"] = (
+            evaluator.generated_tokens / evaluator.generation_seconds if evaluator.generation_seconds else None
+        )
+        report["delta_points"] = {
+            k: 100 * (report["after"][k]["pass_at_1"] - report["before"][k]["pass_at_1"]) for k in report["after"]
+        }
+        report["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        report["machine"]["load_after"] = os.getloadavg()
+    return report
+
+
+def log(what: dict[str, Any]) -> None:
+    """Progress on stderr: an evaluation as passed/n per task set, anything else as it is."""
+    brief = {k: f"{v['passed']}/{v['n']}" if isinstance(v, dict) and "passed" in v else v for k, v in what.items()}
+    print(json.dumps(brief, default=str), file=sys.stderr, flush=True)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = list(report["after"])
+    fig, (bars, losses) = plt.subplots(1, 2, figsize=(11, 4))
+    for offset, when in ((-0.2, "before"), (0.2, "after")):
+        values = [report[when][s]["pass_at_1"] for s in sets]
+        errors = [
+            [max(0.0, v - report[when][s]["ci95"][0]) for v, s in zip(values, sets, strict=True)],
+            [max(0.0, report[when][s]["ci95"][1] - v) for v, s in zip(values, sets, strict=True)],
+        ]
+        bars.bar([i + offset for i in range(len(sets))], values, width=0.4, yerr=errors, capsize=4, label=when)
+    bars.set_xticks(range(len(sets)), sets)
+    bars.set_ylabel("pass@1 (95% Wilson interval)")
+    bars.set_title(report["model"])
+    bars.legend()
+    sft = [s["losses/sft_loss"] for s in report["steps"]["sft"]]
+    losses.plot(range(1, len(sft) + 1), sft, marker="o")
+    losses.set_xlabel("SFT step")
+    losses.set_ylabel("SFT loss")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    parser.add_argument("--humaneval", type=int, default=24, help="held-out HumanEval problems evaluated")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument("--sft-batch", type=int, default=4)
+    parser.add_argument("--dpo-pairs", type=int, default=4)
+    parser.add_argument("--grpo-steps", type=int, default=2)
+    parser.add_argument("--grpo-groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--max-tokens", type=int, default=320)
+    parser.add_argument("--eval-batch", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
+    parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "learning.png")
+    args = parser.parse_args()
+    report = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    plot(report, args.plot)
+    summary = {k: v for k, v in report.items() if k not in ("before", "after", "steps")}
+    summary["pass_at_1"] = {
+        when: {s: {"pass_at_1": r["pass_at_1"], "ci95": r["ci95"], "n": r["n"]} for s, r in report[when].items()}
+        for when in ("before", "after")
+    }
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
