@@ -215,17 +215,17 @@ async def run_tests(
     state = app_state(ctx)
     target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
     command = fail_to_pass.verifier_command(test_command, tests)
-    try:
-        verifier = await state.recorder.run(state.store.verifier, target)
-    except EpisodeNotFound as exc:
-        raise ToolError(f"{exc}: call list_episodes, or start_episode") from exc
     snapshot: Snapshot | None = None
     workspace: str | None = None
-    if use_workspace:
-        snapshot, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
-        # The agent's work so far, as the tests see it (kept whether or not the run earns a reward).
-        root = state.settings.served_workspace
-        await state.recorder.run(capture, state.store, root, target, StateKind.run_tests, snapshot=snapshot)
+    try:
+        verifier = await state.recorder.run(state.store.verifier, target)
+        if use_workspace:
+            snapshot, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
+            # The agent's work so far, as the tests see it (kept whether or not the run earns a reward).
+            root = state.settings.served_workspace
+            await state.recorder.run(capture, state.store, root, target, StateKind.run_tests, snapshot=snapshot)
+    except EpisodeNotFound as exc:  # an episode id the log does not know (its verifier reads as none)
+        raise ToolError(f"{exc}: call list_episodes, or start_episode") from exc
     run_files = {**(snapshot.files if snapshot is not None else {}), **(files or {})}
     if verifier is not None and verifier.command == command and verifier.fail_to_pass is not None:
         touched = trusted_in_patch(patch) if patch else []

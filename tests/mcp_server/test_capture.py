@@ -192,3 +192,24 @@ async def test_a_replay_starts_from_the_uncommitted_bug_not_the_clean_commit(pro
     finally:
         runner.close()
         store.close()
+
+
+@pytest.mark.anyio
+async def test_run_tests_with_an_unknown_episode_is_a_clear_error_not_a_crash(project: Path, tmp_path: Path) -> None:
+    """The capture of a served git workspace used to write a state for an episode id the log does
+    not know, and the run crashed ("Error executing tool run_tests"); now it is the ToolError every
+    tool gives for an unknown episode, and nothing is recorded."""
+    from mcp_server.server import build_server
+    from mcp_server.settings import load_settings
+
+    settings = load_settings(home=tmp_path / "home", workspace=project, pool_envs=1)
+    async with Client(build_server(settings), mode="legacy") as client:
+        answer = await client.call_tool("run_tests", {"test_command": "true", "episode_id": "no-such-episode"})
+    assert answer.is_error
+    assert "no episode with id 'no-such-episode'" in answer.content[0].text
+    assert "start_episode" in answer.content[0].text
+    store = EpisodeStore.open(settings.episode_db_url)
+    try:
+        assert store.workspace_states("no-such-episode") == []
+    finally:
+        store.close()

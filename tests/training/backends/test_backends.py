@@ -33,11 +33,20 @@ def test_remote_backends_fail_fast_here(name: str, needs: str, tmp_path: Path, m
         make_backend(BackendConfig(backend=name, path=tmp_path, base_model="Qwen/Qwen2.5-1.5B-Instruct"))
 
 
-def test_cpu_backend_refuses_real_models(tmp_path: Path) -> None:
+def test_cpu_backend_names_what_is_wrong_with_its_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any causal LM trains on the cpu backend now; a base model it cannot have, or a dtype it does
+    not know, is refused with what to do, before anything is loaded."""
     pytest.importorskip("torch")
     pytest.importorskip("art")
-    with pytest.raises(BackendUnavailable, match="tiny-qwen2"):
-        make_backend(BackendConfig(backend="cpu", path=tmp_path, base_model="Qwen/Qwen2.5-1.5B-Instruct"))
+    with pytest.raises(BackendUnavailable, match="float32, bfloat16 or auto"):
+        make_backend(BackendConfig(backend="cpu", path=tmp_path, dtype="float8"))
+    backend = make_backend(BackendConfig(backend="cpu", path=tmp_path, base_model="no-such-model"))
+    with pytest.raises(BackendUnavailable, match="'no-such-model'.*packaged model"):
+        backend.start()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    backend = make_backend(BackendConfig(backend="cpu", path=tmp_path, base_model="someone/never-downloaded"))
+    with pytest.raises(BackendUnavailable, match="cannot be reached"):
+        backend.start()
 
 
 def test_light_modules_import_no_heavy_packages() -> None:

@@ -232,9 +232,7 @@ def test_the_worker_takes_a_real_dpo_step_on_pairs_of_logged_episodes(tmp_path: 
     rejected = external_episode(store, "make the parser accept comments", -1.0, status=EpisodeStatus.failure)
     store.close()
     backend = BackendConfig(path=tmp_path / "art", max_seq_len=4096)
-    cfg = WorkerConfig(
-        database_url=str(db), backend=backend, scenarios=None, plot_path=None, sft_batch=0, dpo_batch=4
-    )
+    cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None, sft_batch=0, dpo_batch=4)
 
     report = train(cfg, once=True)
     assert (report.dpo_steps, report.dpo_pairs, report.step) == (1, 1, 1)

@@ -193,6 +193,7 @@ def teach(
     model.eval()
 
 
+@pytest.mark.timeout(900)  # teaching SmolLM2 the call takes about a minute on 2 idle cores
 def test_a_tool_call_the_student_writes_is_answered_as_tool_calls_and_continued_token_in_token_out(
     model_setup: tuple[Gateway, TestClient],
 ) -> None:
