@@ -109,16 +109,15 @@ async def teacher_episodes(home: Path, workspace: Path, tasks: list[dict[str, An
 
 
 def prompts_of(tokenizer: Any, problems: list[dict[str, Any]]) -> list[list[int]]:
+    from training.backends.cpu import prompt_token_ids
     from training.scenarios.base import HUMANEVAL_SYSTEM
 
-    out = []
-    for p in problems:
-        messages = [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}]
-        rendered: Any = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    return [
+        prompt_token_ids(
+            tokenizer, [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}]
         )
-        out.append(list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered))
-    return out
+        for p in problems
+    ]
 
 
 class Evaluator:

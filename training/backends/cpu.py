@@ -140,6 +140,17 @@ def canonical_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] 
     return list(TypeAdapter(list[ChatCompletionFunctionToolParam]).validate_python(tools))  # type: ignore[arg-type]
 
 
+def prompt_token_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """The ids of the prompt the policy answers: the chat template with its generation prompt, the
+    tools in the form ART trains on (`canonical_tools`)."""
+    rendered: Any = tokenizer.apply_chat_template(
+        messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+
+
 def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
     """Tokens that end a turn: the tokenizer's eos and the generation config's (an instruct model
     often ends turns with <|im_end|> while its eos is <|endoftext|>)."""
@@ -183,10 +194,7 @@ def sample_choices(
     if temperature < 0:
         raise ValueError("temperature must be >= 0 (0 is greedy decoding)")
     if prompt_ids is None:
-        rendered: Any = tokenizer.apply_chat_template(
-            messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        prompt_ids = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+        prompt_ids = prompt_token_ids(tokenizer, messages, tools)
     context = model.config.max_position_embeddings
     if len(prompt_ids) >= context:
         raise ContextTooLong(

@@ -15,7 +15,7 @@ pytest.importorskip("peft")
 
 from episodes.codec import encode_choice  # noqa: E402
 from training.backends.base import BackendConfig, BackendUnavailable, make_backend  # noqa: E402
-from training.backends.cpu import CpuBackend, canonical_tools, generate_batch, scored_logprobs  # noqa: E402
+from training.backends.cpu import CpuBackend, generate_batch, prompt_token_ids, scored_logprobs  # noqa: E402
 from training.data.groups import Group, Trajectory  # noqa: E402
 from training.data.ledger import trained_overlap  # noqa: E402
 from training.models.registry import PACKAGED, installed  # noqa: E402
@@ -88,10 +88,7 @@ def test_grpo_step_on_sampled_turns_with_tools_at_temperature_07(backend: Any) -
     assert result.metrics["losses/max_logprob_drift"] < 1e-3
     # The policy-gradient loss on this batch, -sum(advantage x logprob of the turn), went down: the
     # rewarded turns became more likely relative to the others.
-    prompt = backend.tokenizer.apply_chat_template(
-        TASK, tools=canonical_tools(TOOLS), add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    prompt = prompt_token_ids(backend.tokenizer, TASK, TOOLS)
     rewards = [t.reward for t in group.trajectories]
     advantages = [r - sum(rewards) / len(rewards) for r in rewards]
 
@@ -127,10 +124,9 @@ def test_dpo_step_lowers_the_loss(backend: Any) -> None:
 def test_batched_generation_equals_one_prompt_at_a_time(backend: Any) -> None:
     tok = backend.tokenizer
     prompts = [
-        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
+        prompt_token_ids(tok, m)
         for m in (TASK, [{"role": "user", "content": "Say hi."}], [{"role": "user", "content": "Name three colors."}])
     ]
-    prompts = [list(p["input_ids"] if hasattr(p, "keys") else p) for p in prompts]
     together = generate_batch(backend.model, tok, prompts, max_tokens=10)
     alone = [generate_batch(backend.model, tok, [p], max_tokens=10)[0] for p in prompts]
     assert together == alone

@@ -166,12 +166,9 @@ def teach(
     import torch
 
     model, tok = engine._model, engine._tokenizer  # type: ignore[attr-defined]
-    from training.backends.cpu import canonical_tools
+    from training.backends.cpu import prompt_token_ids
 
-    prompt = tok.apply_chat_template(
-        messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    prompt = prompt_token_ids(tok, messages, tools)
     target = torch.tensor([*tok.encode(text, add_special_tokens=False), tok.eos_token_id])
     ids = torch.tensor([[*prompt, *target.tolist()]])
     weights = list(model.parameters())
