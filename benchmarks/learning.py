@@ -10,7 +10,9 @@
 2. The student (a packaged offline model by default) is evaluated greedily, batched, on the
    held-out shipkit tasks and on HumanEval's held-out split, judged by the value verifier in the
    sandbox.
-3. It trains: SFT on the `sft` export of the teacher's episodes; one DPO step preferring the
+3. It trains: SFT on the `sft` export of the teacher's episodes (`--sft-view answer` by default:
+   the task and the episode's final answer; `trace` imitates every tool call and result, ten
+   times the tokens, for a student that will act with tools); one DPO step preferring the
    teacher's answer to the student's own failed one on the train tasks; GRPO on the train tasks
    with verified rewards (groups of sampled answers, each judged in the sandbox).
 4. It is evaluated again. JSON goes to stdout (and --out), a PNG to --plot: pass@1 before/after
@@ -221,9 +223,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "episode_rewards": [e.get("reward_total") for e in teacher["episodes"]],
         }
         store = EpisodeStore.open(teacher["database_url"])
-        sft = sft_records(store)
+        sft = sft_records(store, view=args.sft_view)
         store.close()
         report["teacher"]["sft_records"] = len(sft)
+        report["teacher"]["sft_chars_per_record"] = sum(len(json.dumps(r)) for r in sft) / max(1, len(sft))
 
         config = BackendConfig(
             path=Path(tmp) / "art",
@@ -376,14 +379,15 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--humaneval", type=int, default=24, help="held-out HumanEval problems evaluated")
+    parser.add_argument("--humaneval", type=int, default=33, help="held-out HumanEval problems evaluated (33: all)")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument("--sft-view", choices=("answer", "trace"), default="answer")
+    parser.add_argument("--sft-epochs", type=int, default=2)
     parser.add_argument("--sft-batch", type=int, default=4)
     parser.add_argument("--dpo-pairs", type=int, default=4)
-    parser.add_argument("--grpo-steps", type=int, default=2)
+    parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--grpo-groups", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.8)

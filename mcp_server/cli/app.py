@@ -164,6 +164,11 @@ def run(
     raise typer.Exit(code=0 if result.ok else (result.exit_code if result.exit_code and result.exit_code > 0 else 1))
 
 
+class SftViewChoice(StrEnum):
+    trace = "trace"
+    answer = "answer"
+
+
 class StatusChoice(StrEnum):
     open = "open"
     success = "success"
@@ -337,6 +342,12 @@ def episodes_export(
         float | None, typer.Option(min=-1.0, max=1.0, help="Only episodes whose total reward is at least this.")
     ] = None,
     status: Annotated[StatusChoice | None, typer.Option(help="episodes format: only this status.")] = None,
+    view: Annotated[
+        SftViewChoice,
+        typer.Option(
+            help="sft format: trace (every tool call and result) or answer (the task and the final answer only)."
+        ),
+    ] = SftViewChoice.trace,
 ) -> None:
     """Export the log as JSON lines: whole episodes, or training data (sft, dpo, art)."""
     from episodes.records import EpisodeStatus
@@ -353,9 +364,12 @@ def episodes_export(
                 buffer.write(json.dumps(store.detail(e.id).model_dump(mode="json"), ensure_ascii=False) + "\n")
                 count += 1
         else:
-            from training.data.export import export
+            from training.data.export import ExportError, export
 
-            count = export(store, fmt.value, min_reward, buffer)
+            try:
+                count = export(store, fmt.value, min_reward, buffer, view=view.value)
+            except ExportError as exc:
+                raise fail(str(exc)) from exc
     finally:
         store.close()
     if output is None:

@@ -51,6 +51,13 @@ def train(
         float, typer.Option(help="Imitate (SFT) ended external episodes whose reward total reaches this.")
     ] = 0.5,
     sft_batch: Annotated[int, typer.Option(min=0, help="Most external episodes per SFT step; 0 turns SFT off.")] = 8,
+    sft_view: Annotated[
+        str,
+        typer.Option(
+            help="What SFT imitates of an episode: trace (every tool call and result, for a student that"
+            " acts with tools) or answer (the task and the final answer, a tenth of the tokens)."
+        ),
+    ] = "trace",
     dpo_batch: Annotated[
         int,
         typer.Option(
@@ -95,6 +102,7 @@ def train(
 
     configure_logging(settings)
     from training.backends.base import BackendError
+    from training.data.export import SFT_VIEWS
     from training.scenarios.base import parse_scenario_sets
     from training.worker.config import WorkerConfig
     from training.worker.loop import train as run_worker
@@ -104,6 +112,8 @@ def train(
         sets = parse_scenario_sets(scenarios)
     except ValueError as exc:
         raise fail(str(exc)) from exc
+    if sft_view not in SFT_VIEWS:
+        raise fail(f"--sft-view {sft_view!r}: choose one of {', '.join(SFT_VIEWS)}")
     runner = None
     if {"humaneval", "log"} & set(sets):
         from envpool.sandbox import SandboxError
@@ -137,6 +147,7 @@ def train(
         judge_weight=judge_weight,
         sft_min_reward=sft_min_reward,
         sft_batch=sft_batch,
+        sft_view=sft_view,
         dpo_batch=dpo_batch,
     )
     try:

@@ -62,6 +62,12 @@ def test_episodes_list_show_export(episode_id: str, tmp_path: Path) -> None:
     assert exported.exit_code == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 2 and {line["episode"]["id"] for line in lines} >= {episode_id}
+    answers = runner.invoke(app, ["episodes", "export", "--format", "sft", "--view", "answer"])
+    assert answers.exit_code == 0, answers.output
+    [answer] = [json.loads(line) for line in answers.stdout.splitlines()]
+    assert [m["role"] for m in answer["messages"]] == ["user", "assistant"]
+    wrong = runner.invoke(app, ["episodes", "export", "--format", "dpo", "--view", "answer"])
+    assert wrong.exit_code != 0 and "sft format only" in wrong.output
 
     # A multi-line task, error or comment stays on its item's one line.
     store = EpisodeStore.open(load_settings().episode_db_url)

@@ -2,7 +2,9 @@
 
     sft  {"messages": [...], "tools": [...]}                 TRL SFTTrainer's conversational layout;
                                                             tool calls as {"type": "function",
-                                                            "function": {"name", "arguments": {dict}}}
+                                                            "function": {"name", "arguments": {dict}}};
+                                                            view `answer`: the task and the final
+                                                            answer only, {"messages": [user, assistant]}
     dpo  {"prompt": [...], "chosen": [...], "rejected": [...], "tools"}  TRL DPOTrainer's conversational
                                                             layout, pairs of episodes of the same task
                                                             whose rewards differ by MIN_MARGIN or more
@@ -32,6 +34,12 @@ from training.data.groups import Group, Trajectory, to_art
 
 Format = Literal["sft", "dpo", "art"]
 FORMATS: tuple[str, ...] = ("sft", "dpo", "art")
+SftView = Literal["trace", "answer"]
+SFT_VIEWS: tuple[str, ...] = ("trace", "answer")
+"""What an `sft` record of an episode holds. `trace`: the whole conversation, every tool call and
+result (a student that will act as an agent with these tools). `answer`: the task and the episode's
+final answer (its summary and the diff of its verified work): a student that answers directly
+learns what the work was without imitating calls it will not make, at a tenth of the tokens."""
 
 MAX_PAIRS_PER_TASK = 16
 MIN_MARGIN = 0.5
@@ -95,6 +103,14 @@ class _Conversation:
     def usable(self) -> bool:
         return bool(self.prompt) and bool(self.completion)
 
+    @property
+    def answer(self) -> dict[str, Any] | None:
+        """The final assistant message when it is an answer (text, not a tool call)."""
+        last = self.completion[-1] if self.completion else None
+        if last is None or last.get("role") != "assistant" or last.get("tool_calls") or not last.get("content"):
+            return None
+        return last
+
 
 def _conversation(store: EpisodeStore, episode: Episode) -> _Conversation | None:
     """The episode's conversation, or None when there is nothing to learn from (an implicit
@@ -120,26 +136,31 @@ def _by_task(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
 # -- records ---------------------------------------------------------------------------------------
 
 
-def _sft(conv: _Conversation) -> dict[str, Any]:
+def _sft(conv: _Conversation, view: SftView) -> dict[str, Any] | None:
+    if view == "answer":
+        answer = conv.answer
+        return None if answer is None else {"messages": [*conv.prompt, answer]}
     record: dict[str, Any] = {"messages": conv.prompt + conv.completion}
     if conv.tools:
         record["tools"] = conv.tools
     return record
 
 
-def sft_record(store: EpisodeStore, episode: Episode) -> dict[str, Any] | None:
-    """The `sft` record of one ended episode (no reward filter), or None when it has no
-    conversation to imitate; what the worker's SFT steps train on."""
+def sft_record(store: EpisodeStore, episode: Episode, view: SftView = "trace") -> dict[str, Any] | None:
+    """The `sft` record of one ended episode (no reward filter), or None when it has nothing to
+    imitate in that view; what the worker's SFT steps train on."""
     conv = _conversation(store, episode)
-    return None if conv is None else _sft(conv)
+    return None if conv is None else _sft(conv, view)
 
 
-def sft_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
+def sft_records(store: EpisodeStore, min_reward: float | None = None, view: SftView = "trace") -> list[dict[str, Any]]:
     records = []
     for conv in _conversations(store):
         if conv.reward is None or (conv.reward < min_reward if min_reward is not None else conv.reward <= 0):
             continue
-        records.append(_sft(conv))
+        record = _sft(conv, view)
+        if record is not None:
+            records.append(record)
     return records
 
 
@@ -211,15 +232,21 @@ def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
     return records
 
 
-def export(store: EpisodeStore, fmt: str, min_reward: float | None, out: TextIO) -> int:
+def export(store: EpisodeStore, fmt: str, min_reward: float | None, out: TextIO, *, view: SftView = "trace") -> int:
     """Write `fmt` records as JSON lines to `out`; return how many were written.
 
-    Wired as `rlide episodes export --format sft|dpo|art [--min-reward R] [-o FILE]`.
+    Wired as `rlide episodes export --format sft|dpo|art [--min-reward R] [--view trace|answer] [-o FILE]`.
     """
-    builders = {"sft": sft_records, "dpo": dpo_records, "art": art_records}
-    if fmt not in builders:
+    if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    records = builders[fmt](store, min_reward)
+    if view not in SFT_VIEWS:
+        raise ExportError(f"unknown sft view {view!r}: choose one of {', '.join(SFT_VIEWS)}")
+    if view != "trace" and fmt != "sft":
+        raise ExportError(f"--view {view} applies to the sft format only, not {fmt}")
+    if fmt == "sft":
+        records = sft_records(store, min_reward, view)
+    else:
+        records = {"dpo": dpo_records, "art": art_records}[fmt](store, min_reward)
     for record in records:
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(records)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from training.backends.base import BackendConfig
+from training.data.export import SftView
 
 
 @dataclass
@@ -65,6 +66,9 @@ class WorkerConfig:
     """External episodes (the IDE's own model) whose reward total reaches this are imitated by SFT steps."""
     sft_batch: int = 8
     """Most external episodes per SFT step; 0 turns SFT off."""
+    sft_view: SftView = "trace"
+    """What an SFT step imitates of an episode (`training.data.export.SftView`): its whole trace, or
+    the task and its final answer."""
     dpo_batch: int = 0
     """Most preference pairs (`dpo` export: episodes of one task whose rewards differ by 0.5 or more)
     per DPO step, taken after SFT and before GRPO; 0 (default) turns DPO off."""

@@ -363,9 +363,13 @@ class Worker:
             trained: list[str] = []
             unusable: dict[str, str] = {}
             for episode in episodes:
-                record = sft_record(self.store, episode)
+                record = sft_record(self.store, episode, cfg.sft_view)
                 if record is None:
-                    unusable[episode.id] = "no conversation to imitate (no tool calls or answer recorded)"
+                    unusable[episode.id] = (
+                        "no final answer to imitate (no summary or diff recorded)"
+                        if cfg.sft_view == "answer"
+                        else "no conversation to imitate (no tool calls or answer recorded)"
+                    )
                 else:
                     records.append(record)
                     trained.append(episode.id)

@@ -220,6 +220,29 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
     assert "set aside: 1 episode(s): " in text
 
 
+def test_the_worker_imitates_the_view_it_is_told_to(tmp_path: Path) -> None:
+    """One SFT step per view on the same two successes: the answer view trains on the final answers
+    only (fewer tokens than the whole trace, which also holds every tool call)."""
+    from tests.logdata import external_episode
+
+    tokens = {}
+    for view in ("trace", "answer"):
+        db = tmp_path / f"{view}.db"
+        store = EpisodeStore.open(str(db))
+        for i in range(2):
+            external_episode(store, f"make the parser accept comments #{i}", 1.0)
+        store.close()
+        backend = BackendConfig(path=tmp_path / view, max_seq_len=4096)
+        cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None, sft_view=view)
+        report = train(cfg, once=True)
+        assert (report.sft_steps, report.sft_episodes) == (1, 2)
+        store = EpisodeStore.open(str(db))
+        [record] = store.runs.training_steps("default")
+        store.close()
+        tokens[view] = record.metrics["perf/trainable_tokens"]
+    assert 0 < tokens["answer"] < tokens["trace"]
+
+
 def test_the_worker_takes_a_real_dpo_step_on_pairs_of_logged_episodes(tmp_path: Path) -> None:
     """Two episodes of one task, rewards 2 apart: with DPO on, one preference step on that pair,
     committed with it; the next pass finds the pair used and trains nothing."""

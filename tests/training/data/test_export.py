@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from episodes.records import EpisodeStatus
+from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from tests.logdata import external_episode, policy_episode
 from training.data.export import ExportError, dpo_records, export
@@ -28,9 +28,9 @@ def log(store: EpisodeStore) -> EpisodeStore:
     return store
 
 
-def run(store: EpisodeStore, fmt: str, min_reward: float | None = None) -> list[dict]:
+def run(store: EpisodeStore, fmt: str, min_reward: float | None = None, view: str = "trace") -> list[dict]:
     out = io.StringIO()
-    n = export(store, fmt, min_reward, out)
+    n = export(store, fmt, min_reward, out, view=view)  # type: ignore[arg-type]
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert n == len(lines)
     return lines
@@ -58,6 +58,41 @@ def test_sft_keeps_successes_in_trl_tool_call_layout(log: EpisodeStore) -> None:
     assert pol["messages"][-1]["content"] == "fixed (0.0)"
     assert len(run(log, "sft", min_reward=0.8)) == 2
     assert len(run(log, "sft", min_reward=-1.0)) == 5
+
+
+def test_the_answer_view_keeps_the_task_and_the_final_answer_only(log: EpisodeStore) -> None:
+    # An external success whose agent never answered (tool calls, no summary): a trace, no answer.
+    silent = log.start_episode("rename the loader", client="cursor")
+    log.add_step(
+        silent.id, tool="search_code", arguments={"query": "loader"}, result_summary="x", error=None, duration_ms=1
+    )
+    log.end_episode(silent.id, EpisodeStatus.success)
+    log.add_reward(silent.id, RewardSource.outcome, 1.0)
+
+    traces = run(log, "sft")
+    answers = run(log, "sft", view="answer")
+    assert len(traces) == 4 and len(answers) == 3
+    assert not any(r["messages"][0]["content"] == "rename the loader" for r in answers)
+    for record in answers:
+        assert "tools" not in record
+        assert [m["role"] for m in record["messages"]][-2:] == ["user", "assistant"]
+        assert not record["messages"][-1].get("tool_calls")
+        trace = next(t for t in traces if t["messages"][:-1][: len(record["messages"]) - 1] == record["messages"][:-1])
+        assert record["messages"][-1] == trace["messages"][-1]  # the same final answer, nothing between
+    ext = next(r for r in answers if r["messages"][0]["content"].startswith("make the config parser"))
+    assert ext["messages"] == [
+        {"role": "user", "content": "make the config parser accept comments"},
+        {"role": "assistant", "content": "done: make the config parser accept comments (+1.0)"},
+    ]
+    assert len(run(log, "sft", min_reward=-1.0, view="answer")) == 5  # the reward filter is the same
+
+
+def test_a_view_other_than_trace_is_for_sft_only(log: EpisodeStore) -> None:
+    for fmt in ("dpo", "art"):
+        with pytest.raises(ExportError, match="sft format only"):
+            run(log, fmt, view="answer")
+    with pytest.raises(ExportError, match="unknown sft view 'diff'"):
+        run(log, "sft", view="diff")
 
 
 def test_sft_records_render_with_a_chat_template(log: EpisodeStore) -> None:
