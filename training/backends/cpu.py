@@ -140,13 +140,44 @@ def canonical_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] 
     return list(TypeAdapter(list[ChatCompletionFunctionToolParam]).validate_python(tools))  # type: ignore[arg-type]
 
 
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` as chat templates expect them: an assistant tool call's `arguments` as an object.
+
+    OpenAI clients send arguments as JSON text; templates written for objects (Qwen2.5's renders
+    `arguments | tojson`) would print that text as a quoted string, a call the model never wrote.
+    vLLM parses them for the template the same way; text that is not a JSON object stays as it is."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(calls, list) and calls:
+            message = {**message, "tool_calls": [_with_object_arguments(c) for c in calls]}
+        out.append(message)
+    return out
+
+
+def _with_object_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return call
+    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
+
+
 def prompt_token_ids(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
 ) -> list[int]:
     """The ids of the prompt the policy answers: the chat template with its generation prompt, the
     tools in the form ART trains on (`canonical_tools`)."""
     rendered: Any = tokenizer.apply_chat_template(
-        messages, tools=canonical_tools(tools), add_generation_prompt=True, tokenize=True, return_dict=False
+        template_messages(messages),
+        tools=canonical_tools(tools),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     )
     return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
 
@@ -346,6 +377,7 @@ def sft_example(
     Each assistant turn's span is where the rendering of messages[:k] (with the generation prompt)
     ends and the rendering of messages[:k+1] ends; the fast tokenizer's offsets map spans to tokens.
     """
+    messages = template_messages(messages)
     full = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     spans = []
     for k, message in enumerate(messages):

@@ -146,11 +146,12 @@ class TransformersEngine:
         does not render `messages` as a continuation of it (then the plain chat template is used).
         `messages` continue `prior` (`PriorTurn.continued_by`): checked by the caller, which has
         the redacted messages already."""
-        from training.backends.cpu import canonical_tools
+        from training.backends.cpu import canonical_tools, template_messages
 
         n = len(prior.messages)
         tok = self._tokenizer
         tools = canonical_tools(tools)
+        messages = template_messages(messages)
         head = tok.apply_chat_template(messages[: n + 1], tools=tools, tokenize=False)
         full = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         eos = tok.eos_token
