@@ -157,8 +157,7 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _with_object_arguments(call: Any) -> Any:
     function = call.get("function") if isinstance(call, dict) else None
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if not isinstance(arguments, str):
+    if not isinstance(function, dict) or not isinstance(arguments := function.get("arguments"), str):
         return call
     try:
         parsed = json.loads(arguments)
