@@ -6,10 +6,12 @@
                                                             view `answer`: the task and the final
                                                             answer only, {"messages": [user, assistant]}
     dpo  {"prompt": [...], "chosen": [...], "rejected": [...], "tools"}  TRL DPOTrainer's conversational
-                                                            layout, pairs of episodes of the same task
+                                                            layout, pairs of comparable episodes (one
+                                                            start state and verifier, else one task)
                                                             whose rewards differ by MIN_MARGIN or more
     art  {"trajectories": [{"messages_and_choices", "tools", "reward", "metadata"}], "metadata"}
-                                                            one line per task; policy turns keep their
+                                                            one line per situation (as dpo pairs them);
+                                                            policy turns keep their
                                                             `Choice` (codec-tagged, logprobs exact);
                                                             tool-call arguments as JSON strings (OpenAI)
 
@@ -21,13 +23,14 @@ dpo requires it of the chosen side; art keeps task groups whose best episode rea
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from episodes.codec import CHOICE_TAG, as_message
-from episodes.records import Episode, EpisodeSource
+from episodes.records import Episode, EpisodeDetail, EpisodeSource, StateKind
 from episodes.store import EpisodeStore
 from training.data.conversations import external_conversation, policy_conversation
 from training.data.groups import Group, Trajectory, to_art
@@ -89,12 +92,13 @@ class _Conversation:
         self.episode = episode
         self.reward = episode.reward_total
         turns = store.turns.policy_turns(episode.id) if episode.source is EpisodeSource.policy else []
+        detail = store.detail(episode.id)
+        self.situation = _situation(store, detail)
         if turns:
             items, tools, _ = policy_conversation(turns)
             self.prompt_items, self.completion_items = _split_prompt(items)
             self.tools = tools or []
         else:
-            detail = store.detail(episode.id)
             self.prompt_items, self.completion_items, self.tools = external_conversation(detail, arguments_as="json")
         self.prompt = [_sft_message(m) for m in self.prompt_items]
         self.completion = [_sft_message(m) for m in self.completion_items]
@@ -125,11 +129,23 @@ def _conversations(store: EpisodeStore) -> list[_Conversation]:
     return [c for c in (_conversation(store, e) for e in store.terminal_episodes()) if c is not None]
 
 
-def _by_task(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
+def _situation(store: EpisodeStore, detail: EpisodeDetail) -> str:
+    """What makes two episodes comparable (a DPO pair, an ART group): the same start state (commit
+    and uncommitted files, as captured at `start_episode`) judged by the same verifier command, as
+    replays and self-play share; without both, the same task text (whitespace aside), as two
+    attempts at one request in real use."""
+    start = next((s for s in store.workspace_states(detail.episode.id) if s.kind is StateKind.start), None)
+    if start is not None and detail.verifier is not None:
+        key = json.dumps([start.commit, start.diff, detail.verifier.command])
+        return "state:" + hashlib.sha256(key.encode()).hexdigest()
+    return "task:" + " ".join(detail.episode.task.split())
+
+
+def _by_situation(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
     groups: dict[str, list[_Conversation]] = defaultdict(list)
     for conv in convs:
         if conv.reward is not None:
-            groups[" ".join(conv.episode.task.split())].append(conv)
+            groups[conv.situation].append(conv)
     return groups
 
 
@@ -176,10 +192,11 @@ class PreferencePair:
 def dpo_pairs(
     store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
 ) -> list[PreferencePair]:
-    """Pairs of episodes of the same task whose rewards differ by `min_margin` or more, the better
-    first; at most MAX_PAIRS_PER_TASK per task. What `dpo` exports and the worker's DPO steps use."""
+    """Pairs of comparable episodes (`_situation`: one start state and verifier, else one task)
+    whose rewards differ by `min_margin` or more, the better first; at most MAX_PAIRS_PER_TASK per
+    situation. What `dpo` exports and the worker's DPO steps use."""
     pairs = []
-    for convs in _by_task(_conversations(store)).values():
+    for convs in _by_situation(_conversations(store)).values():
         ranked = sorted(convs, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
         per_task = 0
         for i, chosen in enumerate(ranked):
@@ -212,7 +229,7 @@ def dpo_records(
 
 def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
     records = []
-    for task, convs in _by_task(_conversations(store)).items():
+    for convs in _by_situation(_conversations(store)).values():
         if min_reward is not None and max(c.reward or 0.0 for c in convs) < min_reward:
             continue
         records.append(
@@ -226,7 +243,7 @@ def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
                     }
                     for c in convs
                 ],
-                "metadata": {"task": task[:500]},
+                "metadata": {"task": " ".join(convs[0].episode.task.split())[:500]},
             }
         )
     return records

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from episodes.records import EpisodeStatus, RewardSource
+from episodes.records import EpisodeStatus, RewardSource, StateKind
 from episodes.store import EpisodeStore
 from tests.logdata import external_episode, policy_episode
-from training.data.export import ExportError, dpo_records, export
+from training.data.export import ExportError, dpo_pairs, dpo_records, export
 
 pytest.importorskip("openai")  # policy turns are built from real `Choice` objects
 
@@ -117,6 +117,27 @@ def test_dpo_pairs_episodes_of_the_same_task_by_reward(log: EpisodeStore) -> Non
     assert all({t["function"]["name"] for t in pair["tools"]} >= {"search_code"} for pair in pairs[:3])
     wide = dpo_records(log, min_margin=0.6)  # 1 over 0.5 is too close to say which was better
     assert sorted((p["score_chosen"], p["score_rejected"]) for p in wide) == [(0.5, -1.0), (1.0, -1.0), (1.0, -1.0)]
+
+
+def test_dpo_pairs_episodes_that_share_a_start_state_and_verifier_whatever_the_wording(store: EpisodeStore) -> None:
+    def attempt(task: str, reward: float, bug: str, command: str = "python -m pytest -q") -> str:
+        status = EpisodeStatus.success if reward > 0 else EpisodeStatus.failure
+        episode = external_episode(store, task, reward, status=status)
+        diff = f"--- a/parse.py\n+++ b/parse.py\n@@ -1 +1 @@\n-ok\n+{bug}\n"
+        store.add_workspace_state(
+            episode, StateKind.start, commit="c0ffee", files={"parse.py": bug}, omitted=[], diff=diff
+        )
+        store.name_verifier(episode, command)
+        return episode
+
+    fixed = attempt("fix the crash in parse", 1.0, "crash on empty")
+    reworded = attempt("parse() crashes on empty input, fix it", -1.0, "crash on empty")
+    attempt("fix the crash in parse", -1.0, "crash on None")  # the same words, another bug
+    attempt("fix the crash in parse", -1.0, "crash on empty", "python -m pytest -q -k parse")  # another verifier
+    pairs = dpo_pairs(store)
+    assert [(p.chosen, p.rejected) for p in pairs] == [(fixed, reworded)]
+    assert pairs[0].record["prompt"][-1]["content"] == "fix the crash in parse"
+    assert sorted(len(r["trajectories"]) for r in run(store, "art")) == [1, 1, 2]
 
 
 def test_art_groups_round_trip_to_real_choices(log: EpisodeStore) -> None:
