@@ -315,6 +315,11 @@ def read_test_run(request: RunRequest, result: RunResult) -> reports.TestRunOutc
     return reports.read_report(result.stdout, request.env["RLIDE_NONCE"])
 
 
+def shown_test_run(request: RunRequest, result: RunResult) -> RunResult:
+    """`result` with the report's marker lines left out of its output, for the agent to read."""
+    return result.model_copy(update={"stdout": reports.without_marks(result.stdout, request.env["RLIDE_NONCE"])})
+
+
 class CancelToken:
     """Cancels one in-flight run from another thread; a pipe so backends can select() on it."""
 

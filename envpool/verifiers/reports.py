@@ -94,6 +94,15 @@ def _merge(finished: list[dict[str, Any]]) -> tuple[dict[str, str], int, tuple[s
     return outcomes, exitstatus, tuple(tampered)
 
 
+def without_marks(stdout: str, nonce: str) -> str:
+    """The run's output as the agent should read it: the lines rlide's plugin and script wrote for
+    `read_report` left out (a report line lists every collected test, thousands of characters on a
+    real suite, and says nothing the structured result does not)."""
+    applied, report = f"{APPLIED_MARK}:{nonce}", f"{REPORT_MARK}:{nonce}:"
+    kept = [line for line in stdout.splitlines(keepends=True) if line.rstrip("\r\n") != applied]
+    return "".join(line for line in kept if not line.startswith(report))
+
+
 def read_report(stdout: str, nonce: str) -> TestRunOutcome:
     lines = stdout.splitlines()
     applied = bool(lines) and lines[0] == f"{APPLIED_MARK}:{nonce}"

@@ -23,6 +23,7 @@ from envpool.sandbox.base import (
     prepare_test_run,
     read_test_run,
     request_problem,
+    shown_test_run,
 )
 from envpool.verifiers import fail_to_pass
 from envpool.verifiers.reports import TestRunOutcome
@@ -245,6 +246,7 @@ async def run_tests(
         raise ToolError(f"invalid test run: {request_problem(exc)}") from exc
     result = await _run(ctx, request)
     outcome = read_test_run(request, result)
+    result = shown_test_run(request, result)
     try:
         reward, verdict = await state.recorder.run(
             judge_run, state.store, target, command, verifier, outcome, result, run_files

@@ -130,6 +130,9 @@ async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: S
         client, "run_tests", {"files": files, "patch": FIX_CODE, "test_command": "python -m pytest -q"}
     )
     assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["reward"]) == (True, 2, 0, 1.0)
+    # The agent reads pytest's own output; the report's marker lines stay between rlide and the sandbox.
+    assert "1 failed, 1 passed" in first["stdout"] and "2 passed" in fixed["stdout"]
+    assert not any("rlide-test-report" in r["stdout"] or "rlide-patch-applied" in r["stdout"] for r in (first, fixed))
     narrow = await call_ok(client, "run_tests", {"files": files, "test_command": "python -m pytest -q -k one"})
     assert (narrow["tests_passed"], narrow["reward"]) == (1, None) and "progress only" in narrow["verdict"]
     plain = await call_ok(
