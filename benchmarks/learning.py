@@ -12,15 +12,17 @@
    sandbox.
 3. It trains: SFT on the `sft` export of the teacher's episodes (`--sft-view answer` by default:
    the task and the episode's final answer; `trace` imitates every tool call and result, ten
-   times the tokens, for a student that will act with tools); one DPO step preferring the
+   times the tokens, for a student that will act with tools), with the base model's own verified
+   answers to `--rehearse` HumanEval train-split problems mixed in; one DPO step preferring the
    teacher's answer to the student's own failed one on the train tasks; GRPO on the train tasks
    with verified rewards (groups of sampled answers, each judged in the sandbox).
 4. It is evaluated again. JSON goes to stdout (and --out), a PNG to --plot: pass@1 before/after
    with Wilson 95% intervals, seconds per SFT/DPO/GRPO step, sampling tokens/s, peak memory, and
    the machine's load.
 
-Runs in 30-50 minutes on 2 cores with the 0.5B model. Nothing it trains on is evaluated: the
-held-out tasks are checked against the trained-task ledger before the final evaluation.
+Runs in about 45 minutes on 2 cores with the 0.5B model (most of it the two evaluations). Nothing
+it trains on is evaluated: the held-out tasks are checked against the trained-task ledger before
+the final evaluation. Figures and what each choice did: docs/training.md, "Learning on CPU".
 """
 
 from __future__ import annotations
