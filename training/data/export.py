@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from episodes.codec import CHOICE_TAG, as_message
-from episodes.records import Episode, EpisodeDetail, EpisodeSource, StateKind
+from episodes.records import Episode, EpisodeSource, StateKind
 from episodes.store import EpisodeStore
 from training.data.conversations import external_conversation, policy_conversation
 from training.data.groups import Group, Trajectory, to_art
@@ -92,13 +92,12 @@ class _Conversation:
         self.episode = episode
         self.reward = episode.reward_total
         turns = store.turns.policy_turns(episode.id) if episode.source is EpisodeSource.policy else []
-        detail = store.detail(episode.id)
-        self.situation = _situation(store, detail)
         if turns:
             items, tools, _ = policy_conversation(turns)
             self.prompt_items, self.completion_items = _split_prompt(items)
             self.tools = tools or []
         else:
+            detail = store.detail(episode.id)
             self.prompt_items, self.completion_items, self.tools = external_conversation(detail, arguments_as="json")
         self.prompt = [_sft_message(m) for m in self.prompt_items]
         self.completion = [_sft_message(m) for m in self.completion_items]
@@ -129,23 +128,25 @@ def _conversations(store: EpisodeStore) -> list[_Conversation]:
     return [c for c in (_conversation(store, e) for e in store.terminal_episodes()) if c is not None]
 
 
-def _situation(store: EpisodeStore, detail: EpisodeDetail) -> str:
+def _situation(store: EpisodeStore, episode: Episode) -> str:
     """What makes two episodes comparable (a DPO pair, an ART group): the same start state (commit
     and uncommitted files, as captured at `start_episode`) judged by the same verifier command, as
     replays and self-play share; without both, the same task text (whitespace aside), as two
     attempts at one request in real use."""
-    start = next((s for s in store.workspace_states(detail.episode.id) if s.kind is StateKind.start), None)
-    if start is not None and detail.verifier is not None:
-        key = json.dumps([start.commit, start.diff, detail.verifier.command])
+    verifier = store.verifier(episode.id)
+    start = next((s for s in store.workspace_states(episode.id) if s.kind is StateKind.start), None)
+    if start is not None and verifier is not None:
+        key = json.dumps([start.commit, start.diff, verifier.command])
         return "state:" + hashlib.sha256(key.encode()).hexdigest()
-    return "task:" + " ".join(detail.episode.task.split())
+    return "task:" + " ".join(episode.task.split())
 
 
-def _by_situation(convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
+def _by_situation(store: EpisodeStore, convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
+    """Rewarded conversations grouped by `_situation`; only the pairing exporters pay its queries."""
     groups: dict[str, list[_Conversation]] = defaultdict(list)
     for conv in convs:
         if conv.reward is not None:
-            groups[conv.situation].append(conv)
+            groups[_situation(store, conv.episode)].append(conv)
     return groups
 
 
@@ -196,7 +197,7 @@ def dpo_pairs(
     whose rewards differ by `min_margin` or more, the better first; at most MAX_PAIRS_PER_TASK per
     situation. What `dpo` exports and the worker's DPO steps use."""
     pairs = []
-    for convs in _by_situation(_conversations(store)).values():
+    for convs in _by_situation(store, _conversations(store)).values():
         ranked = sorted(convs, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
         per_task = 0
         for i, chosen in enumerate(ranked):
@@ -229,7 +230,7 @@ def dpo_records(
 
 def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
     records = []
-    for convs in _by_situation(_conversations(store)).values():
+    for convs in _by_situation(store, _conversations(store)).values():
         if min_reward is not None and max(c.reward or 0.0 for c in convs) < min_reward:
             continue
         records.append(
