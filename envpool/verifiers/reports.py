@@ -99,8 +99,8 @@ def without_marks(stdout: str, nonce: str) -> str:
     `read_report` left out (a report line lists every collected test, thousands of characters on a
     real suite, and says nothing the structured result does not)."""
     applied, report = f"{APPLIED_MARK}:{nonce}", f"{REPORT_MARK}:{nonce}:"
-    kept = [line for line in stdout.splitlines(keepends=True) if line.rstrip("\r\n") != applied]
-    return "".join(line for line in kept if not line.startswith(report))
+    lines = stdout.splitlines(keepends=True)
+    return "".join(line for line in lines if line.rstrip("\r\n") != applied and not line.startswith(report))
 
 
 def read_report(stdout: str, nonce: str) -> TestRunOutcome:
