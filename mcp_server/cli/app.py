@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import JsonFlag, cli_settings, echo_json, fail, open_store, visible
+from mcp_server.cli.common import JsonFlag, SftViewChoice, cli_settings, echo_json, fail, open_store, visible
 from mcp_server.settings import Settings
 
 app = typer.Typer(
@@ -162,11 +162,6 @@ def run(
     if result.status is RunStatus.TIMEOUT:
         raise typer.Exit(code=124)
     raise typer.Exit(code=0 if result.ok else (result.exit_code if result.exit_code and result.exit_code > 0 else 1))
-
-
-class SftViewChoice(StrEnum):
-    trace = "trace"
-    answer = "answer"
 
 
 class StatusChoice(StrEnum):

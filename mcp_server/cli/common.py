@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -14,6 +15,13 @@ if TYPE_CHECKING:
 
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+class SftViewChoice(StrEnum):
+    """`training.data.export.SftView`, as `episodes export --view` and `train --sft-view` take it."""
+
+    trace = "trace"
+    answer = "answer"
 
 
 def cli_settings() -> Settings:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import cli_settings, fail, open_store
+from mcp_server.cli.common import SftViewChoice, cli_settings, fail, open_store
 from mcp_server.settings import Settings
 
 train_app = typer.Typer(
@@ -52,12 +52,12 @@ def train(
     ] = 0.5,
     sft_batch: Annotated[int, typer.Option(min=0, help="Most external episodes per SFT step; 0 turns SFT off.")] = 8,
     sft_view: Annotated[
-        str,
+        SftViewChoice,
         typer.Option(
             help="What SFT imitates of an episode: trace (every tool call and result, for a student that"
             " acts with tools) or answer (the task and the final answer, a tenth of the tokens)."
         ),
-    ] = "trace",
+    ] = SftViewChoice.trace,
     dpo_batch: Annotated[
         int,
         typer.Option(
@@ -102,7 +102,6 @@ def train(
 
     configure_logging(settings)
     from training.backends.base import BackendError
-    from training.data.export import SFT_VIEWS
     from training.scenarios.base import parse_scenario_sets
     from training.worker.config import WorkerConfig
     from training.worker.loop import train as run_worker
@@ -112,8 +111,6 @@ def train(
         sets = parse_scenario_sets(scenarios)
     except ValueError as exc:
         raise fail(str(exc)) from exc
-    if sft_view not in SFT_VIEWS:
-        raise fail(f"--sft-view {sft_view!r}: choose one of {', '.join(SFT_VIEWS)}")
     runner = None
     if {"humaneval", "log"} & set(sets):
         from envpool.sandbox import SandboxError
@@ -147,7 +144,7 @@ def train(
         judge_weight=judge_weight,
         sft_min_reward=sft_min_reward,
         sft_batch=sft_batch,
-        sft_view=sft_view,
+        sft_view=sft_view.value,
         dpo_batch=dpo_batch,
     )
     try:
