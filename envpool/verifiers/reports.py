@@ -2,12 +2,13 @@
 
 `envpool.sandbox.base.prepare_test_run` loads rlide's pytest plugin (`pytest_plugin/rlide_report.py`,
 mounted read-only in the sandbox: `envpool.sandbox.sites`) into every pytest the command starts
-(`PYTEST_ADDOPTS`); the plugin writes a start and a finish line per session to the run's stdout,
-behind the run's nonce. It also says whether the patch applied: a marker printed right after
-`patch`, before any code of the run's could print. `read_report` reads both back. A run without a
-finished session earns no tests reward: the command ran no pytest (`true`, `exit 0`, a shell loop
-printing "5 passed"), or a pytest session never finished (`os._exit` at import), or collected
-nothing, or its report says pytest was tampered with.
+(`PYTEST_ADDOPTS`); the plugin streams lines to the run's stdout behind the run's nonce: a session's
+start, its collected tests, each test's outcome as pytest reports it, its finish. The run also says
+whether the patch applied: a marker printed right after `patch`, before any code of the run's could
+print. `read_report` reads both back. A run without a finished session earns no tests reward: the
+command ran no pytest (`true`, `exit 0`, a shell loop printing "5 passed"), or a pytest session
+never finished (`os._exit` at import), or collected nothing, or its report says pytest was tampered
+with.
 """
 
 from __future__ import annotations
@@ -71,27 +72,44 @@ def environment(nonce: str) -> dict[str, str]:
 _WORST = {"passed": 0, "xpassed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 2}
 
 
-def _merge(finished: list[dict[str, Any]]) -> tuple[dict[str, str], int, tuple[str, ...]]:
-    """One outcome per test over every finished session of the run: the worst any line gave it; a
-    test collected but never reported is an error (its session stopped under it)."""
-    outcomes: dict[str, str] = {}
-    collected: set[str] = set()
-    exitstatus = 0
-    tampered: list[str] = []
-    for session in finished:
-        exitstatus = max(exitstatus, int(session.get("exitstatus", 0)))
-        tampered += [str(t) for t in session.get("tampered") or []]
-        # A hook from a file the candidate writes (the code under test, /tmp) can rewrite any report.
-        tampered += [f"hooks from {path}" for path in session.get("hooks") or [] if not is_trusted(str(path))]
-        collected.update(str(test) for test in session.get("collected") or [])
-        for test, outcome in (session.get("outcomes") or {}).items():
+@dataclass
+class _Lines:
+    """What every report line of one run says, merged: a line can only add a session, a test, a
+    failure or a sign of tampering, never take one back."""
+
+    started: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set)
+    collected: set[str] = field(default_factory=set)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    exitstatus: int = 0
+    tampered: list[str] = field(default_factory=list)
+
+    def add(self, event: dict[str, Any]) -> None:
+        session, kind = str(event["session"]), event["event"]
+        if kind == "start":
+            self.started.add(session)
+        elif kind == "collected":
+            self.collected.update(str(test) for test in event["tests"])
+        elif kind == "outcome":
+            test, outcome = str(event["test"]), event["outcome"]
             if outcome not in _WORST:
                 raise ValueError(f"unknown outcome {outcome!r}")
-            if test not in outcomes or _WORST[outcome] > _WORST[outcomes[test]]:
-                outcomes[str(test)] = outcome
-    for test in collected - outcomes.keys():
-        outcomes[test] = "error"
-    return outcomes, exitstatus, tuple(tampered)
+            if test not in self.outcomes or _WORST[outcome] > _WORST[self.outcomes[test]]:
+                self.outcomes[test] = outcome
+        elif kind == "tampered":
+            self.tampered.append(str(event["what"]))
+        elif kind == "finish":
+            self.finished.add(session)
+            self.exitstatus = max(self.exitstatus, int(event["exitstatus"]))
+            self.tampered += [str(what) for what in event["tampered"]]
+            # A hook from a file the candidate writes (the code under test, /tmp) can rewrite any report.
+            self.tampered += [f"hooks from {path}" for path in event["hooks"] if not is_trusted(str(path))]
+        else:
+            raise ValueError(f"unknown event {kind!r}")
+
+    def final_outcomes(self) -> dict[str, str]:
+        """A test collected but never reported is an error: its session stopped under it."""
+        return {test: "error" for test in self.collected} | self.outcomes
 
 
 def without_marks(stdout: str, nonce: str) -> str:
@@ -109,29 +127,21 @@ def read_report(stdout: str, nonce: str) -> TestRunOutcome:
     if not applied:
         return TestRunOutcome(False, reason="the patch did not apply")
     prefix = f"{REPORT_MARK}:{nonce}:"
-    started: set[str] = set()
-    finished: list[dict[str, Any]] = []  # every finish line counts: a printed one can only add failures
+    seen = _Lines()
     try:
         for line in lines:
-            if not line.startswith(prefix):
-                continue
-            event = json.loads(line[len(prefix) :])
-            session = str(event["session"])
-            if event["event"] == "start":
-                started.add(session)
-            elif event["event"] == "finish":
-                finished.append(event)
-            else:
-                raise ValueError(f"unknown event {event['event']!r}")
-        outcomes, exitstatus, tampered = _merge(finished)
+            if line.startswith(prefix):
+                seen.add(json.loads(line[len(prefix) :]))
     except (ValueError, TypeError, KeyError, AttributeError):
         return TestRunOutcome(True, reason="the test report was not readable")
-    if not started:
+    if not seen.started:
         return TestRunOutcome(True, reason="no pytest session ran: no test report")
-    if started - {str(event["session"]) for event in finished}:
+    if seen.started - seen.finished:
         return TestRunOutcome(True, reason="a pytest session started and never finished (exited or was killed)")
-    if tampered:
-        return TestRunOutcome(True, reason=f"pytest was tampered with: {', '.join(tampered[:3])}", tampered=tampered)
+    if seen.tampered:
+        reason = f"pytest was tampered with: {', '.join(seen.tampered[:3])}"
+        return TestRunOutcome(True, reason=reason, tampered=tuple(seen.tampered))
+    outcomes = seen.final_outcomes()
     if not outcomes:
         return TestRunOutcome(True, reason="pytest collected no test")
-    return TestRunOutcome(True, TestReport(outcomes, exitstatus))
+    return TestRunOutcome(True, TestReport(outcomes, seen.exitstatus))

@@ -3,6 +3,8 @@ a report in which nothing it touched passes (envpool/verifiers/reports.py, trust
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from envpool.sandbox.base import Sandbox, TestRunRequest, prepare_test_run, read_test_run
@@ -58,6 +60,44 @@ for obj in gc.get_objects():
 def add(a, b):
     return a - b
 """
+# The plugin's own state, reached through sys.modules from the module under test.
+REWRITE_TABLE = """import sys
+class Passed(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, "passed")
+    def get(self, key, default=None):
+        return None
+sys.modules["rlide_report"]._outcomes = Passed()
+def add(a, b):
+    return a - b
+"""
+REWRITE_EMIT = """import sys
+plugin = sys.modules["rlide_report"]
+real = plugin._emit
+def emit(event, body="", **kw):
+    return real(event, body.replace('"failed"', '"passed"'), **kw)
+plugin._emit = emit
+plugin._tampered = lambda *a, **k: []
+plugin._writable_hooks = lambda *a, **k: []
+import os
+real_write = os.write
+os.write = lambda fd, data: real_write(fd, data.replace(b'"failed"', b'"passed"'))
+def add(a, b):
+    return a - b
+"""
+REWRITE_CODE = """import sys
+plugin = sys.modules["rlide_report"]
+def logreport(report):
+    pass
+plugin.pytest_runtest_logreport.__code__ = logreport.__code__
+def add(a, b):
+    return a - b
+"""
+SILENCE = """import os, sys
+os.dup2(os.open(os.devnull, os.O_WRONLY), sys.modules["rlide_report"]._OUT)
+def add(a, b):
+    return a - b
+"""
 TRICKS: dict[str, tuple[str, dict[str, str]]] = {
     # name: (command, files written over the project)
     "exit status only": ("true", {}),
@@ -90,6 +130,10 @@ TRICKS: dict[str, tuple[str, dict[str, str]]] = {
     "forge a report on every descriptor": (PYTEST, {"calc.py": FORGE + "def add(a, b):\n    return a - b\n"}),
     "register a plugin that rewrites reports": (PYTEST, {"calc.py": REGISTER_PLUGIN}),
     "kill the interpreter in a test": (PYTEST, {"calc.py": "import os\ndef add(a, b):\n    os._exit(0)\n"}),
+    "rewrite the plugin's outcome table": (PYTEST, {"calc.py": REWRITE_TABLE}),
+    "replace the plugin's functions and os.write": (PYTEST, {"calc.py": REWRITE_EMIT}),
+    "rewrite the code of the plugin's hook": (PYTEST, {"calc.py": REWRITE_CODE}),
+    "point the plugin's descriptor at /dev/null": (PYTEST, {"calc.py": SILENCE}),
 }  # fmt: skip
 
 
@@ -128,8 +172,9 @@ def test_a_report_from_another_run_is_not_read(sandbox: Sandbox) -> None:
     """The report is read behind this run's nonce: one printed by the program with another is ignored."""
     first = prepare_test_run(TestRunRequest(files={"calc.py": CALC, "test_calc.py": TESTS}, test_command=PYTEST))
     printed = [line for line in sandbox.run(first).stdout.splitlines() if line.startswith("rlide-test-report:")]
-    assert len(printed) == 2  # the session's start and finish, behind the first run's nonce
-    replay = f"echo '{printed[0]}'; echo '{printed[1]}'"
+    events = [json.loads(line.split(":", 2)[2])["event"] for line in printed]
+    assert events == ["start", "collected", "outcome", "outcome", "finish"]  # behind the first run's nonce
+    replay = "; ".join(f"echo '{line}'" for line in printed)
     second = prepare_test_run(TestRunRequest(files={"calc.py": CALC}, test_command=replay))
     assert read_test_run(second, sandbox.run(second)).report is None
 

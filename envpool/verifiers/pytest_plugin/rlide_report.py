@@ -4,33 +4,42 @@ A test run's reward used to be read from the text of its output ("3 passed"), wh
 test can print itself, and then from a report file, which the code under test can rewrite at exit.
 This plugin is loaded into every pytest of a test run (`-p rlide_report`) from a folder the sandbox
 mounts read-only (`envpool.sandbox.sites`), before any test module is imported, so before the code
-under test. It writes two lines to the run's stdout through its own copy of the descriptor (taken
-at import, before pytest captures anything), each behind the run's nonce:
+under test. It streams lines to the run's stdout through its own copy of the descriptor (taken at
+import, before pytest captures anything), each behind the run's nonce, as things happen:
 
-    start    when the session starts: a session that starts and never finishes (`os._exit` at
-             import, a test that kills its interpreter) leaves the run with no report
-    finish   when it ends: every collected test's id and final outcome (passed, failed, error,
-             skipped, xfailed, xpassed), the exit status, what of pytest was found replaced
-             since this module was imported (pytest's runner and report functions), and the
-             files of every hook implementation the run could have written (not read-only):
-             the verifier accepts only trusted ones (a `conftest.py`, a tests folder), so a hook
-             registered from the code under test, which could rewrite each report, is found
+    start      the session starts: a session that starts and never finishes (`os._exit` at
+               import, a test that kills its interpreter) leaves the run with no report
+    collected  every collected test's id: a collected test no line gives an outcome is an error
+    outcome    one test's outcome (passed, failed, error, skipped, xfailed, xpassed), the moment
+               pytest reports it
+    tampered   one of this plugin's functions was rewritten (seen by an audit hook at once)
+    finish     the exit status, what of pytest was found replaced since this module was imported
+               (pytest's runner and report functions), and the files of every hook implementation
+               the run could have written (not read-only): the verifier accepts only trusted ones
+               (a `conftest.py`, a tests folder), so a hook registered from the code under test,
+               which could rewrite each report, is found
 
 Lines already written cannot be taken back, and a verifier keeps the worst outcome any line gives a
-test, so a line printed by the code under test can only add failures. The nonce leaves the
-environment at import, so a test's own subprocesses do not report.
+test, so a line printed by the code under test, or a table it rewrites afterwards, can only add
+failures. The nonce leaves the environment at import, so a test's own subprocesses do not report.
+Everything the hooks use is bound at import as a default argument (a tuple: replacing it is an audited
+event this plugin watches), not looked up in this module or in `os`, so replacing a name there
+changes nothing; a write to a descriptor that is no longer the run's stdout ends the process, so
+the session never finishes.
 
-What it cannot do: a candidate's code runs in the same process and could, with intent, find this
-module and its descriptor and write a finish line of its own. The verifier's other defences (tests
-and configuration from the recorded start state, fail-to-pass) leave that as the way left; see
-docs/rewards.md. Standard library and pytest only; never imported outside the sandbox.
+What it cannot do: the code under test runs in the same process. With intent, it can read the nonce
+and session bound here and write a whole report of its own, or make a test function return without
+its asserts running. See docs/rewards.md. Standard library and pytest only; never imported outside
+the sandbox.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import sys
 import uuid
+from _json import encode_basestring_ascii as _quote
+from collections.abc import Callable
 from typing import Any
 
 import _pytest.python
@@ -41,80 +50,141 @@ MARK = "rlide-test-report"
 _NONCE = os.environ.pop("RLIDE_NONCE", "")
 _OUT = os.dup(1) if _NONCE else -1
 _SESSION = uuid.uuid4().hex
-_ROOT = os.getcwd()
-_WATCHED = {
-    "runner.call_and_report": (_pytest.runner, "call_and_report"),
-    "runner.runtestprotocol": (_pytest.runner, "runtestprotocol"),
-    "runner.CallInfo.from_call": (_pytest.runner.CallInfo, "from_call"),
-    "reports.TestReport.from_item_and_call": (_pytest.reports.TestReport, "from_item_and_call"),
-    "python.pytest_pyfunc_call": (_pytest.python, "pytest_pyfunc_call"),
-    "python.Function.runtest": (_pytest.python.Function, "runtest"),
-}
-# What the owner holds itself (a classmethod object, not a fresh bound method each time).
-_ORIGINAL = {name: vars(owner).get(attr) for name, (owner, attr) in _WATCHED.items()}
-_outcomes: dict[str, str] = {}
-_collected: list[str] = []
+_HEAD = f'\n{MARK}:{_NONCE}:{{"session": "{_SESSION}", "event": '.encode()
+_WATCHED = (
+    ("runner.call_and_report", _pytest.runner, "call_and_report"),
+    ("runner.runtestprotocol", _pytest.runner, "runtestprotocol"),
+    ("runner.CallInfo.from_call", _pytest.runner.CallInfo, "from_call"),
+    ("reports.TestReport.from_item_and_call", _pytest.reports.TestReport, "from_item_and_call"),
+    ("python.pytest_pyfunc_call", _pytest.python, "pytest_pyfunc_call"),
+    ("python.Function.runtest", _pytest.python.Function, "runtest"),
+)
+# What each owner holds itself (a classmethod object, not a fresh bound method each time).
+_ORIGINAL = tuple((name, owner, attr, vars(owner).get(attr)) for name, owner, attr in _WATCHED)
 
 
-def _emit(event: str, **fields: Any) -> None:
-    if _OUT < 0:
+def _identity(fd: int) -> tuple[int, int]:
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def _emit(
+    event: str,
+    body: str = "",
+    _write: Callable[[int, bytes], int] = os.write,
+    _fstat: Callable[[int], os.stat_result] = os.fstat,
+    _exit: Callable[[int], Any] = os._exit,
+    _out: int = _OUT,
+    _stdout: tuple[int, int] = _identity(_OUT) if _OUT >= 0 else (0, 0),
+    _head: bytes = _HEAD,
+) -> None:
+    """Write one line: `body` is the event's further JSON fields, each already quoted."""
+    if _out < 0:
         return
-    line = json.dumps({"session": _SESSION, "event": event, **fields})
-    data = f"\n{MARK}:{_NONCE}:{line}\n".encode()
-    while data:
-        data = data[os.write(_OUT, data) :]
+    try:
+        status = _fstat(_out)
+        if (status.st_dev, status.st_ino) != _stdout:
+            raise OSError("the report descriptor was replaced")
+        data = _head + f'"{event}"{body}}}\n'.encode()
+        while data:
+            data = data[_write(_out, data) :]
+    except OSError:
+        _exit(70)  # no finish line will follow: the run has no report, never a partial one
 
 
-def pytest_sessionstart(session: Any) -> None:
+def _strings(values: Any, _quote: Callable[[str], str] = _quote) -> str:
+    return "[" + ", ".join(_quote(str(value)) for value in values) + "]"
+
+
+def pytest_sessionstart(session: Any, _emit: Callable[..., None] = _emit) -> None:
     _emit("start")
 
 
-def pytest_collection_finish(session: Any) -> None:
-    _collected.extend(item.nodeid for item in session.items)
+def pytest_collection_finish(
+    session: Any, _emit: Callable[..., None] = _emit, _strings: Callable[[Any], str] = _strings
+) -> None:
+    _emit("collected", ', "tests": ' + _strings(item.nodeid for item in session.items))
 
 
-def pytest_runtest_logreport(report: Any) -> None:
+def pytest_runtest_logreport(
+    report: Any,
+    _emit: Callable[..., None] = _emit,
+    _quote: Callable[[str], str] = _quote,
+    _hasattr: Callable[[Any, str], bool] = hasattr,
+) -> None:
     if report.when == "call":
-        outcome = ("xpassed" if report.passed else "xfailed") if hasattr(report, "wasxfail") else report.outcome
+        outcome = ("xpassed" if report.passed else "xfailed") if _hasattr(report, "wasxfail") else report.outcome
     elif report.failed:  # setup or teardown
         outcome = "error"
     elif report.skipped:
-        outcome = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        outcome = "xfailed" if _hasattr(report, "wasxfail") else "skipped"
     else:
         return
-    if _outcomes.get(report.nodeid) not in ("failed", "error"):
-        _outcomes[report.nodeid] = outcome
+    _emit("outcome", f', "test": {_quote(str(report.nodeid))}, "outcome": {_quote(str(outcome))}')
 
 
-def _tampered() -> list[str]:
-    return [name for name, (owner, attr) in _WATCHED.items() if vars(owner).get(attr) is not _ORIGINAL[name]]
+def _tampered(_original: tuple[tuple[str, Any, str, Any], ...] = _ORIGINAL, _vars: Any = vars) -> list[str]:
+    return [name for name, owner, attr, original in _original if _vars(owner).get(attr) is not original]
 
 
-def _writable_hooks(config: Any) -> list[str]:
+def _writable_hooks(
+    config: Any,
+    _dir: Any = dir,
+    _getattr: Any = getattr,
+    _isabs: Callable[[str], bool] = os.path.isabs,
+    _access: Callable[[str, int], bool] = os.access,
+    _commonpath: Any = os.path.commonpath,
+    _relpath: Any = os.path.relpath,
+    _root: str = os.getcwd(),
+) -> list[str]:
     """Where the hook implementations a run could have written come from: a path relative to the
     workspace when inside it, else absolute; "<name>" when a hook has no source file."""
     found: set[str] = set()
-    for name in dir(config.hook):
-        get_hookimpls = getattr(getattr(config.hook, name, None), "get_hookimpls", None)
+    for name in _dir(config.hook):
+        get_hookimpls = _getattr(_getattr(config.hook, name, None), "get_hookimpls", None)
         if get_hookimpls is None:
             continue
         for impl in get_hookimpls():
-            code = getattr(impl.function, "__code__", None)  # never unwrapped: __wrapped__ is settable
-            path = getattr(code, "co_filename", "")
-            if not os.path.isabs(path):
+            code = _getattr(impl.function, "__code__", None)  # never unwrapped: __wrapped__ is settable
+            path = _getattr(code, "co_filename", "")
+            if not _isabs(path):
                 found.add(path or f"<{name}>")
-            elif os.access(path, os.W_OK):  # read-only: pytest, the tools site, the project's venv
-                inside = os.path.commonpath([_ROOT, path]) == _ROOT
-                found.add(os.path.relpath(path, _ROOT) if inside else path)
+            elif _access(path, os.W_OK):  # read-only: pytest, the tools site, the project's venv
+                inside = _commonpath([_root, path]) == _root
+                found.add(_relpath(path, _root) if inside else path)
     return sorted(found)
 
 
-def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
-    _emit(
-        "finish",
-        exitstatus=int(exitstatus),
-        collected=_collected,
-        outcomes=_outcomes,
-        tampered=_tampered(),
-        hooks=_writable_hooks(session.config),
-    )
+def pytest_sessionfinish(
+    session: Any,
+    exitstatus: Any,
+    _emit: Callable[..., None] = _emit,
+    _strings: Callable[[Any], str] = _strings,
+    _tampered: Callable[[], list[str]] = _tampered,
+    _writable_hooks: Callable[[Any], list[str]] = _writable_hooks,
+    _int: Any = int,
+) -> None:
+    body = f', "exitstatus": {_int(exitstatus)}, "tampered": {_strings(_tampered())}'
+    _emit("finish", body + f', "hooks": {_strings(_writable_hooks(session.config))}')
+
+
+def _watch(
+    event: str,
+    args: tuple[Any, ...],
+    _mine: frozenset[int] = frozenset(),  # bound below, once this function exists
+    _id: Callable[[Any], int] = id,
+    _emit: Callable[..., None] = _emit,
+    _quote: Callable[[str], str] = _quote,
+    _str: Callable[[Any], str] = str,
+) -> None:
+    """An audit hook (never removable): rewriting the code or the bound defaults of one of this
+    plugin's functions is reported the moment it happens, before the rewritten code can run."""
+    if event == "object.__setattr__" and args and _id(args[0]) in _mine:
+        _emit("tampered", f', "what": {_quote("rlide_report." + _str(args[1]))}')
+
+
+_OURS: tuple[Callable[..., Any], ...] = (_identity, _emit, _strings, _tampered, _writable_hooks, _watch)
+_OURS += (pytest_sessionstart, pytest_collection_finish, pytest_runtest_logreport, pytest_sessionfinish)
+_watch.__defaults__ = (frozenset(id(function) for function in _OURS), *(_watch.__defaults__ or ())[1:])
+if _NONCE:
+    sys.addaudithook(_watch)
