@@ -35,24 +35,56 @@ class TrainingRuns:
         self.weights = weights
 
     def ensure_run(
-        self, name: str, *, backend: str, base_model: str, config: dict[str, Any] | None = None
+        self,
+        name: str,
+        *,
+        backend: str,
+        base_model: str,
+        config: dict[str, Any] | None = None,
+        identity: dict[str, Any] | None = None,
     ) -> TrainingRun:
-        """Create the run if it is new; an existing run keeps its step (that is how a worker resumes)."""
+        """Create the run if it is new; an existing run keeps its step (that is how a worker resumes).
+        `identity`: the values a run keeps for life (its base model, hyperparameters); an existing run
+        started with other ones is refused with each difference (`differences`)."""
         now = time.time()
+        identity = {"backend": backend, "base_model": base_model, **(identity or {})}
         with self.db.transaction(write=True) as cur:
-            row = cur.execute("SELECT backend, base_model FROM training_runs WHERE name = ?", (name,)).fetchone()
+            row = cur.execute("SELECT config FROM training_runs WHERE name = ?", (name,)).fetchone()
             if row is None:
                 cur.execute(
                     "INSERT INTO training_runs (name, backend, base_model, config, created_at, updated_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (name, backend, base_model, json.dumps(config or {}, default=str), now, now),
-                )
-            elif row[1] != base_model:
-                raise StoreError(
-                    f"training run {name!r} was started on base model {row[1]!r}, not {base_model!r}:"
-                    " pick another run name"
-                )
+                    (name, backend, base_model, json.dumps({**(config or {}), "identity": identity}, default=str),
+                     now, now),
+                )  # fmt: skip
+        if row is None:
+            return self.get_run(name)
+        differences = self.differences(name, identity)
+        if differences:
+            raise StoreError(f"training run {name!r} was started with {'; '.join(differences)}")
         return self.get_run(name)
+
+    def identity(self, name: str) -> dict[str, Any] | None:
+        """What run `name` was started with (None: no such run). Runs saved before identities existed
+        give what their saved config holds."""
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(
+                "SELECT backend, base_model, config FROM training_runs WHERE name = ?", (name,)
+            ).fetchone()
+        if row is None:
+            return None
+        saved = json.loads(row[2] or "{}")
+        return {"backend": row[0], "base_model": row[1], **(saved.get("identity") or saved.get("backend") or {})}
+
+    def differences(self, name: str, identity: dict[str, Any]) -> list[str]:
+        """How `identity` differs from what run `name` was started with, each as "key V (not W)"; empty
+        for a run that does not exist yet."""
+        started = self.identity(name) or {}
+        return [
+            f"{key} {started[key]!r} (not {value!r})"
+            for key, value in identity.items()
+            if key in started and started[key] != value
+        ]
 
     def get_run(self, name: str) -> TrainingRun:
         with self.db.transaction(write=False) as cur:

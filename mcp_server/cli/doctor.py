@@ -151,39 +151,34 @@ def check_memory(settings: Settings) -> list[Check]:
 
 
 def check_training(settings: Settings) -> list[Check]:
+    """The cpu backend by its packages; each ART backend by its own list of what it lacks here (the
+    one `rlide train` refuses to start with)."""
+    from training.backends.art_local import LocalArtBackend
+    from training.backends.base import BackendConfig
+    from training.backends.serverless import ServerlessArtBackend
+    from training.backends.tinker import TinkerArtBackend
+
     core = _has("torch") and _has("art") and _has("transformers") and _has("peft")
-    missing_core = "pip install 'rlide[training]' (torch==2.13.0 only)"
-    gpu = _has("vllm") and _has("unsloth")
-    return [
+    checks = [
         Check(
             "training",
             "cpu",
             core,
-            "tiny model GRPO with ART's loss" if core else missing_core,
+            "LoRA SFT, GRPO (ART's loss) and DPO on CPU"
+            if core
+            else "pip install 'rlide[training]' (torch==2.13.0 only)",
             selected=settings.training_backend == "cpu",
-        ),
-        Check(
-            "training",
-            "local",
-            core and gpu,
-            "ART LocalBackend" if core and gpu else "needs a GPU, vllm and unsloth",
-            selected=settings.training_backend == "local",
-        ),
-        Check(
-            "training",
-            "serverless",
-            core and bool(os.environ.get("WANDB_API_KEY")),
-            "W&B serverless" if os.environ.get("WANDB_API_KEY") else "set WANDB_API_KEY",
-            selected=settings.training_backend == "serverless",
-        ),
-        Check(
-            "training",
-            "tinker",
-            core and bool(os.environ.get("TINKER_API_KEY")) and _has("tinker"),
-            "Tinker" if os.environ.get("TINKER_API_KEY") else "pip install tinker and set TINKER_API_KEY",
-            selected=settings.training_backend == "tinker",
-        ),
+        )
     ]
+    descriptions = {"local": "ART LocalBackend with vLLM", "serverless": "W&B serverless", "tinker": "Tinker"}
+    for adapter in (LocalArtBackend, ServerlessArtBackend, TinkerArtBackend):
+        config = BackendConfig(backend=adapter.name, base_model=settings.training_base_model)
+        problems = adapter.missing(config)
+        detail = "; ".join(problems) if problems else descriptions[adapter.name]
+        checks.append(
+            Check("training", adapter.name, not problems, detail, selected=settings.training_backend == adapter.name)
+        )
+    return checks
 
 
 def check_base_models(settings: Settings) -> list[Check]:

@@ -21,12 +21,53 @@ train_app = typer.Typer(
 policy_app = typer.Typer(help="The OpenAI-compatible endpoint serving the latest checkpoint.", no_args_is_help=True)
 
 
-def _backend_config(settings: Settings) -> Any:
-    from training.backends.base import BackendConfig
+RUN_HELP = "Training run (default: default): its own checkpoints, base model and hyperparameters."
+UPSTREAM_HELP = (
+    "An OpenAI-compatible server (vLLM) serving the run's model as student[-RUN]@STEP, instead of the run's"
+    " own engine (a cpu run's checkpoint, or the server a GPU run's worker published)."
+)
 
-    return BackendConfig(
-        backend=settings.training_backend, path=settings.home / "art", base_model=settings.training_base_model
-    )
+
+def _run_name(name: str) -> str:
+    from training.backends.base import check_run_name
+
+    try:
+        return check_run_name(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _backend_config(settings: Settings, run: str) -> Any:
+    """The backend of run `run` as it was started (its base model and hyperparameters, from the log),
+    or, for a run not started yet, of the settings."""
+    from episodes.db import StoreError
+    from episodes.store import EpisodeStore
+    from training.backends.base import IDENTITY, BackendConfig
+
+    try:
+        store = EpisodeStore.open(settings.episode_db_url)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    try:
+        started = store.runs.identity(run) or {}
+    finally:
+        store.close()
+    kept = {key: value for key, value in started.items() if key in IDENTITY}
+    defaults = {"backend": settings.training_backend, "base_model": settings.training_base_model}
+    return BackendConfig(path=settings.home / "art", run=run, **{**defaults, **kept})
+
+
+def _committed_step(settings: Settings, run: str) -> int | None:
+    from episodes.db import StoreError
+    from episodes.store import EpisodeStore
+
+    store = EpisodeStore.open(settings.episode_db_url)
+    try:
+        return store.runs.get_run(run).step
+    except StoreError:  # not started yet
+        return None
+    finally:
+        store.close()
 
 
 @train_app.callback()
@@ -34,7 +75,14 @@ def train(
     ctx: typer.Context,
     once: Annotated[bool, typer.Option("--once", help="Train one step, then exit.")] = False,
     daemon: Annotated[bool, typer.Option("--daemon", help="Keep training until SIGTERM (finishes the step).")] = False,
-    run: Annotated[str, typer.Option(help="Training run name (its cursor and history live in the log).")] = "default",
+    run: Annotated[
+        str,
+        typer.Option(
+            callback=_run_name,
+            help="Training run name: its cursor and history in the log, its own checkpoint directory, and the"
+            " base model and hyperparameters it keeps.",
+        ),
+    ] = "default",
     max_steps: Annotated[int | None, typer.Option(min=1, help="Stop after this many steps.")] = None,
     scenarios: Annotated[
         str,
@@ -185,6 +233,9 @@ def train_status(
         typer.echo(json.dumps({**status.model_dump(mode="json"), "chart": str(chart)}, indent=2))
         return
     typer.echo(f"run {status.run}: {status.state.value} at step {status.step} ({status.backend}, {status.base_model})")
+    kept = {k: v for k, v in status.settings.items() if k not in ("backend", "base_model")}
+    if kept:
+        typer.echo("  started with " + ", ".join(f"{k} {v}" for k, v in kept.items()))
     if status.message:
         typer.echo(f"  {status.message}")
     typer.echo(
@@ -220,6 +271,8 @@ def policy_serve(
         str | None, typer.Option(help="Bind address (default RLIDE_POLICY_HOST, 127.0.0.1); off loopback: a token.")
     ] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default RLIDE_POLICY_PORT, 8766).")] = None,
+    run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
+    upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
 ) -> None:
     """Serve /v1/chat/completions and /v1/models; calls under /episodes/{id}/v1 are recorded with logprobs.
 
@@ -243,11 +296,12 @@ def policy_serve(
 
     try:
         serve(
-            _backend_config(settings),
+            _backend_config(settings, run),
             settings.episode_db_url,
             host=bind,
             port=port or settings.policy_port,
             token=token,
+            upstream=upstream,
         )
     except BackendError as exc:
         raise fail(str(exc)) from exc
@@ -277,6 +331,8 @@ def evaluate(
             help="Leave out the tasks this run trained on (listed as skipped_trained) instead of refusing to run.",
         ),
     ] = False,
+    run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
+    upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
 ) -> None:
     """pass@k of the current checkpoint on tasks it never trained on, its programs run in the sandbox. Prints JSON."""
     if split not in (None, "heldout", "train"):
@@ -291,7 +347,7 @@ def evaluate(
     from training.scenarios.eval import EvalRefused, eval_current_policy, select_tasks
     from training.scenarios.sandbox_runner import SandboxRunner
 
-    config = _backend_config(settings)
+    config = _backend_config(settings, run)
     try:  # before the sandbox and the model: a refusal costs nothing
         chosen = select_tasks(
             tasks,
@@ -308,10 +364,29 @@ def evaluate(
         raise fail(str(exc)) from exc
     try:
         report = eval_current_policy(
-            config, runner, chosen, samples=samples, temperature=temperature, max_tokens=max_tokens
+            config,
+            runner,
+            chosen,
+            samples=samples,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            committed=lambda: _committed_step(settings, run),
+            upstream=upstream,
         )
     except BackendError as exc:
         raise fail(str(exc)) from exc
     finally:
         runner.close()
+    if report.checkpoint_step is not None:  # beside the run's training curves (training/worker/metrics.py)
+        from pathlib import Path
+
+        from training.worker.metrics import StepMetrics
+
+        charts = StepMetrics(config.model_dir())
+        name = Path(report.tasks).stem if report.tasks != "humaneval" else f"humaneval-{report.split}"
+        figures = {f"eval/{name}/pass@1": report.pass_at_1}
+        if report.samples > 1:
+            figures[f"eval/{name}/pass@{report.samples}"] = report.pass_at(report.samples)
+        charts.write(report.checkpoint_step, figures)
+        charts.close()
     typer.echo(json.dumps(report.to_dict(), indent=2))

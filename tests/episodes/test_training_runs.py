@@ -178,7 +178,7 @@ def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None
     assert store.runs.consumed_groups("r") == {"g1", "g2", "g3"}
     [record] = store.runs.training_steps("r")
     assert record.reward_mean == 0.5 and record.metrics == {"loss": 1.0}
-    with pytest.raises(StoreError, match="base model"):
+    with pytest.raises(StoreError, match="started with base_model 'tiny-qwen2' \\(not 'other'\\)"):
         store.runs.ensure_run("r", backend="cpu", base_model="other")
     store.runs.set_run_state("r", RunState.no_signal, "nothing to learn")
     assert store.runs.get_run("r").message == "nothing to learn"

@@ -271,8 +271,37 @@ def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     assert (report["tasks"], report["split"], report["n"]) == ("humaneval", "heldout", 1)
     assert 0.0 <= report["pass_at_1"] <= 1.0 and report["passed"] + len(report["failed"]) == 1
     assert report["tasks_source"] == {"builtin": "humaneval"} and report["skipped_trained"] == []
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    charts = EventAccumulator(str(home / "art" / "rlide" / "models" / "student" / "tensorboard"))
+    charts.Reload()  # beside the run's training curves, at the checkpoint evaluated
+    [point] = charts.Scalars("eval/humaneval-heldout/pass@1")
+    assert (point.step, point.value) == (report["checkpoint_step"], report["pass_at_1"])
     bad = runner.invoke(app, ["eval", "--tasks", "mbpp"])
     assert bad.exit_code == 1 and "no task file at mbpp" in bad.stderr and "--tasks takes humaneval" in bad.stderr
+
+
+def test_serve_and_eval_take_a_runs_own_model_and_settings(home: Path) -> None:
+    """`--run` picks the run's checkpoint directory and the base model and hyperparameters it was
+    started with, whatever the settings say now; a name that is no folder name is refused."""
+    from mcp_server.cli.train import _backend_config
+
+    settings = load_settings()
+    store = EpisodeStore.open(settings.episode_db_url)
+    store.runs.ensure_run("small", backend="cpu", base_model="smollm2-135m-instruct", identity={"lora_rank": 4})
+    store.close()
+    config = _backend_config(settings, "small")
+    assert (config.run, config.base_model, config.lora_rank) == ("small", "smollm2-135m-instruct", 4)
+    assert config.model_dir() == home / "art" / "rlide" / "models" / "student-small"
+    fresh = _backend_config(settings, "new")
+    assert (fresh.base_model, fresh.lora_rank) == (settings.training_base_model, 8)
+    for command in (
+        ["eval", "--run", "../other"],
+        ["policy", "serve", "--run", "a/b"],
+        ["train", "--once", "--run", ""],
+    ):
+        refused = runner.invoke(app, command)
+        assert refused.exit_code == 2 and "run name" in refused.output, command
 
 
 def test_eval_refuses_tasks_the_run_trained_on_before_loading_anything(home: Path) -> None:
@@ -289,7 +318,7 @@ def test_eval_refuses_tasks_the_run_trained_on_before_loading_anything(home: Pat
         "".join(json.dumps({"task_id": f"mine/{i}", "entry_point": "one", **task}) + "\n" for i in range(12)),
         encoding="utf-8",
     )
-    model_dir = _backend_config(load_settings()).model_dir()
+    model_dir = _backend_config(load_settings(), "default").model_dir()
     record_trained(model_dir, step=1, algorithm="sft", items=[(f"mine/{i}", []) for i in range(12)])
     refused = runner.invoke(app, ["eval", "--tasks", str(tasks)])
     assert refused.exit_code == 1, refused.output

@@ -16,29 +16,36 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from training.backends.base import BackendConfig, BackendError, BackendUnavailable, TrainResult, checkpoint_steps
+from training.backends.served import Served, publish
 from training.data.groups import Group, to_art
 
 _T = TypeVar("_T")
 DEFAULT_LR = 5e-6
 
 
-def require_modules(backend: str, *modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise BackendUnavailable(
-            f"the {backend} training backend needs {', '.join(missing)}, which are not installed here"
-            " (pip install 'rlide[training]' plus, for local, openpipe-art[backend] on a CUDA machine)"
-        )
+def missing_modules(*modules: str) -> list[str]:
+    return [module for module in modules if importlib.util.find_spec(module) is None]
 
 
-def require_env(backend: str, *names: str) -> None:
-    missing = [n for n in names if not os.environ.get(n)]
-    if missing:
-        raise BackendUnavailable(f"the {backend} training backend needs {' and '.join(missing)} set in the environment")
+def missing_env(*names: str) -> list[str]:
+    return [f"{name} set in the environment" for name in names if not os.environ.get(name)]
 
 
 class ArtBackendAdapter:
     name = "art"
+
+    @staticmethod
+    def missing(config: BackendConfig) -> list[str]:  # overridden
+        """Everything this backend lacks here, each said as what to install or set."""
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, config: BackendConfig) -> None:
+        problems = cls.missing(config)
+        if problems:
+            raise BackendUnavailable(
+                f"the {cls.name} training backend cannot start here; it needs " + "; ".join(problems)
+            )
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config
@@ -58,15 +65,33 @@ class ArtBackendAdapter:
     def make_art_backend(self) -> Any:  # overridden
         raise NotImplementedError
 
-    def start(self) -> int:
+    def model_options(self) -> dict[str, Any]:
+        """Further keyword arguments of this backend's `art.TrainableModel` (overridden)."""
+        return {}
+
+    def train_options(self) -> dict[str, Any]:
+        """Further keyword arguments of this backend's `train` (overridden)."""
+        return {}
+
+    def trainable_model(self) -> Any:
         import art
 
-        self._art_backend = self.make_art_backend()
-        self._model = art.TrainableModel(
-            name=self.config.model_name, project=self.config.project, base_model=self.config.base_model
+        return art.TrainableModel(
+            name=self.config.run_model_name,
+            project=self.config.project,
+            base_model=self.config.base_model,
+            **self.model_options(),
         )
+
+    def start(self) -> int:
+        self._art_backend = self.make_art_backend()
+        self._model = self.trainable_model()
         self._run(self._model.register(self._art_backend))
         self.step = int(self._run(self._model.get_step()))
+        base_url = getattr(self._model, "inference_base_url", None)
+        if base_url:  # where `rlide policy serve` and `rlide eval` find this run's policy
+            api_key = getattr(self._model, "inference_api_key", None)
+            publish(self.config.model_dir(), Served(str(base_url), self.config.run_model_name, api_key))
         return self.step
 
     def sample(
@@ -99,9 +124,14 @@ class ArtBackendAdapter:
 
     def train(self, groups: list[Group]) -> TrainResult:
         lr = self.config.learning_rate or DEFAULT_LR
-        self._run(self._art_backend.train(self._model, to_art(groups), learning_rate=lr))
+        art_groups = to_art(groups)
+        trained = self._run(self._art_backend.train(self._model, art_groups, learning_rate=lr, **self.train_options()))
         self.step = int(self._run(self._model.get_step()))
-        return TrainResult(step=self.step)
+        raw = getattr(trained, "metrics", None) or {}
+        metrics = {k: float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        # ART's own record of the step (its history in the model's folder, and W&B when configured).
+        self._run(self._model.log(art_groups, split="train", metrics=metrics, step=self.step))
+        return TrainResult(step=self.step, metrics=metrics)
 
     def rollback(self, step: int) -> None:
         # Local checkpoints past `step` are deleted; remote backends keep theirs (ART has no delete).

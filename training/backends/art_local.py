@@ -1,30 +1,90 @@
-"""`local`: ART's LocalBackend (unsloth + vLLM on an NVIDIA GPU). Not exercised in CI (no GPU)."""
+"""`local`: ART's LocalBackend (unsloth + vLLM on an NVIDIA GPU). Not exercised in CI (no GPU).
+
+What openpipe-art 0.5.18 needs, read from its source: its `backend` extra (torch 2.10.0, transformers
+5.2.0, unsloth; `pip install 'rlide[gpu]'`, docs/gpu.md) and a CUDA GPU in the training environment,
+but not vLLM there: at first start it builds its own vLLM runtime (Python 3.12) with `uv sync` into
+~/.cache/art/vllm_runtime (network needed once), unless ART_VLLM_RUNTIME_BIN names a runtime server.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import shutil
 from typing import Any
 
-from training.backends._art_common import ArtBackendAdapter, require_modules
-from training.backends.base import BackendConfig, BackendUnavailable
+from training.backends._art_common import ArtBackendAdapter, missing_modules
+from training.backends.base import BackendConfig
+
+ART_VERSION = "0.5.18"
+"""The openpipe-art this adapter was written and checked against."""
+GPU_INSTALL = "pip install 'rlide[gpu]' in a Python 3.11 or 3.12 environment, docs/gpu.md"
+
+
+def _art_version() -> str | None:
+    try:
+        return importlib.metadata.version("openpipe-art")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _vllm_runtime() -> str | None:
+    """What stops ART from starting its vLLM runtime, or None."""
+    given = os.environ.get("ART_VLLM_RUNTIME_BIN")
+    if given:
+        program = given.split()[0]
+        if shutil.which(program) is None:
+            return f"ART_VLLM_RUNTIME_BIN to name an executable runtime server ({program!r} is not one)"
+        return None
+    if shutil.which("uv") is None:
+        return (
+            "uv on PATH: ART installs its own vLLM runtime with `uv sync` at first start"
+            " (pip install uv, or set ART_VLLM_RUNTIME_BIN to an installed runtime server)"
+        )
+    return None
 
 
 class LocalArtBackend(ArtBackendAdapter):
     name = "local"
 
     @staticmethod
-    def check(config: BackendConfig) -> None:
-        require_modules("local", "art", "torch", "vllm", "unsloth", "wandb")
-        import torch
+    def missing(config: BackendConfig) -> list[str]:
+        problems = []
+        modules = missing_modules("art", "torch", "unsloth")
+        version = _art_version()
+        if modules:
+            problems.append(f"{', '.join(modules)} ({GPU_INSTALL})")
+        elif version != ART_VERSION:
+            problems.append(f"openpipe-art {ART_VERSION}, not {version} ({GPU_INSTALL})")
+        if "torch" not in modules:
+            import torch
 
-        if not torch.cuda.is_available():
-            raise BackendUnavailable(
-                "the local training backend needs an NVIDIA GPU (torch.cuda.is_available() is False);"
-                " use backend 'cpu' for the tiny model or 'serverless'"
-            )
+            if not torch.cuda.is_available():
+                problems.append("an NVIDIA GPU that torch can use (torch.cuda.is_available() is False)")
+        runtime = _vllm_runtime()
+        if runtime:
+            problems.append(runtime)
         if config.base_model == "tiny-qwen2":
-            raise BackendUnavailable(
-                "the local backend trains a Hugging Face model: set base_model, e.g. Qwen/Qwen2.5-1.5B-Instruct"
-            )
+            problems.append("a Hugging Face base model, e.g. --base-model Qwen/Qwen2.5-1.5B-Instruct")
+        return problems
+
+    def model_options(self) -> dict[str, Any]:
+        """The run's LoRA shape for unsloth (ART's default targets for `all-linear`); tools rendered in
+        training as vLLM's OpenAI server renders them for sampling, so rebuilt prompts match; and vLLM
+        reporting each sampled token's logprob before temperature (`raw_logprobs`): the policy's own,
+        which is what ART's trainer recomputes, whatever temperature a rollout or agent sampled at."""
+        peft: dict[str, Any] = {"r": self.config.lora_rank, "lora_alpha": 2 * self.config.lora_rank}
+        if self.config.lora_targets != "all-linear":
+            peft["target_modules"] = [name.strip() for name in self.config.lora_targets.split(",") if name.strip()]
+        internal = {
+            "peft_args": peft,
+            "chat_template_tool_schema_format": "vllm_openai",
+            "engine_args": {"logprobs_mode": "raw_logprobs"},
+        }
+        return {"_internal_config": internal}
+
+    def train_options(self) -> dict[str, Any]:
+        return {"kl_penalty_coef": self.config.kl_penalty_coef}
 
     def make_art_backend(self) -> Any:
         from art.local import LocalBackend

@@ -13,6 +13,7 @@ of minutes into a run.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +26,20 @@ BACKENDS = {
     "serverless": "training.backends.serverless:ServerlessArtBackend",
     "tinker": "training.backends.tinker:TinkerArtBackend",
 }
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+DEFAULT_RUN = "default"
+IDENTITY = ("backend", "base_model", "learning_rate", "lora_rank", "lora_targets", "dtype", "kl_penalty_coef")
+"""What a training run is: its checkpoints only make sense with these, so a run resumed with another
+value of any of them is refused (`TrainingRuns.ensure_run`)."""
+
+
+def check_run_name(name: str) -> str:
+    """A run name is a folder name of its own: letters, digits, '.', '_' and '-', at most 64."""
+    if not RUN_NAME.fullmatch(name):
+        raise ValueError(f"run name {name!r}: use letters, digits, '.', '_' and '-' (at most 64, not first)")
+    return name
 
 
 class BackendError(Exception):
@@ -59,11 +74,14 @@ class BackendConfig:
     backend: str = "cpu"
     """One of: cpu, local, serverless, tinker."""
     path: Path = Path("~/.local/share/rlide/art")
-    """ART's directory: checkpoints live under {path}/{project}/models/{model}/checkpoints/{step:04d}."""
+    """ART's directory: checkpoints live under {path}/{project}/models/{run_model_name}/checkpoints/{step:04d}."""
     project: str = "rlide"
     """ART project name."""
     model_name: str = "student"
     """The trained model's name; the gateway serves its latest checkpoint under this alias."""
+    run: str = DEFAULT_RUN
+    """The training run the checkpoints belong to (the worker sets it from its own): each run has
+    a directory of its own, so one run never reads, rolls back or overwrites another's."""
     base_model: str = "tiny-qwen2"
     """The model trained: 'tiny-qwen2' (built on the spot; tests), a packaged offline model by its short
     name (`rlide models list`, e.g. qwen2.5-coder-0.5b-instruct), a local folder holding a Hugging Face
@@ -91,8 +109,20 @@ class BackendConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options (e.g. lora rank, ART's dev.TrainConfig keys)."""
 
+    def __post_init__(self) -> None:
+        check_run_name(self.run)
+
+    @property
+    def run_model_name(self) -> str:
+        """The run's model, as ART names it: `student` for the default run (where checkpoints have
+        always been), `student-{run}` for any other."""
+        return self.model_name if self.run == DEFAULT_RUN else f"{self.model_name}-{self.run}"
+
+    def identity(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in IDENTITY}
+
     def model_dir(self) -> Path:
-        return self.path.expanduser() / self.project / "models" / self.model_name
+        return self.path.expanduser() / self.project / "models" / self.run_model_name
 
     def checkpoint_dir(self, step: int) -> Path:
         return self.model_dir() / "checkpoints" / f"{step:04d}"

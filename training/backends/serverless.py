@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.backends._art_common import ArtBackendAdapter, require_env, require_modules
-from training.backends.base import BackendConfig, BackendUnavailable
+from training.backends._art_common import ArtBackendAdapter, missing_env, missing_modules
+from training.backends.base import BackendConfig
 
 
 class ServerlessArtBackend(ArtBackendAdapter):
     name = "serverless"
 
     @staticmethod
-    def check(config: BackendConfig) -> None:
-        require_modules("serverless", "art", "wandb")
-        require_env("serverless", "WANDB_API_KEY")
+    def missing(config: BackendConfig) -> list[str]:
+        modules = missing_modules("art", "wandb")
+        problems = [f"{', '.join(modules)} (pip install 'rlide[training]' wandb)"] if modules else []
+        problems += missing_env("WANDB_API_KEY")
         if config.base_model == "tiny-qwen2":
-            raise BackendUnavailable(
-                "the serverless backend trains a hosted model: set base_model, e.g. OpenPipe/Qwen3-14B-Instruct"
-            )
+            problems.append("a hosted base model, e.g. --base-model OpenPipe/Qwen3-14B-Instruct")
+        return problems
 
     def make_art_backend(self) -> Any:
         from art.serverless.backend import ServerlessBackend

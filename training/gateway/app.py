@@ -1,6 +1,6 @@
 """The policy endpoint: OpenAI-compatible chat completions from the latest checkpoint, recorded.
 
-    GET  /v1/models                                  the policy under its stable alias (e.g. "student")
+    GET  /v1/models                                  the policy under its stable alias ("student") and as student@{step}
     POST /v1/chat/completions                        a completion (or, with stream=true, its events); not recorded
     POST /episodes                                   {"task"} -> a new `policy` episode's id
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
@@ -15,9 +15,10 @@ Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bear
 what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
 (`common.http_auth`, the same rule and middleware as the MCP HTTP transport).
 
-The model behind it is a `PolicyEngine` (`training.gateway.engines`): `TransformersEngine` serves the
-cpu backend's checkpoints (the tiny model) and reloads when a newer checkpoint appears. This module
-imports no torch; the engine does, when it is built.
+The model behind it is a `PolicyEngine` (`training.gateway.engines.policy_engine`): `TransformersEngine`
+serves a cpu run's checkpoints and reloads when a newer one appears; `ProxyEngine` forwards to the
+server a GPU run's worker published (ART's vLLM) or to `--upstream`. This module imports no torch;
+the engine does, when it is built.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ from starlette.routing import Route
 
 from common.http_auth import check_bind, protect
 from episodes.codec import CHOICE_TAG, encode_choice
-from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
+from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, StoreError
 from episodes.policy_turns import EncodedTurn, RedactedRequest
 from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
 from episodes.run_records import TurnContext
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
-from training.gateway.engines import BadRequest, Completion, PolicyEngine, PriorTurn, TransformersEngine
+from training.gateway.engines import BadRequest, Completion, PolicyEngine, PriorTurn, policy_engine
 
 MAX_TOKENS_LIMIT = 4096
 FORWARDED_OPTIONS = (
@@ -149,13 +150,16 @@ def _is_function(value: Any, *, default_type: str | None) -> bool:
     )
 
 
-def parse_request(body: Any, alias: str) -> dict[str, Any]:
-    """Validate an OpenAI chat request; return the fields the engine takes."""
+def parse_request(body: Any, alias: str, step: int) -> dict[str, Any]:
+    """Validate an OpenAI chat request; return the fields the engine takes. The model is the stable
+    alias, or the checkpoint served now by its vLLM name (`alias@step`, as ART's vLLM serves it)."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     model = body.get("model")
-    if model not in (alias, None):
-        raise BadRequest(f"model {model!r} does not exist: this endpoint serves {alias!r}", 404, "model_not_found")
+    if model not in (alias, None, f"{alias}@{step}"):
+        raise BadRequest(
+            f"model {model!r} does not exist: this endpoint serves {alias!r} ({alias}@{step})", 404, "model_not_found"
+        )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of {role, content} objects")
@@ -193,6 +197,7 @@ def parse_request(body: Any, alias: str) -> dict[str, Any]:
         "stop": _stop_strings(body.get("stop")),
         "options": {k: body[k] for k in FORWARDED_OPTIONS if k in body},
         "logprobs": bool(body.get("logprobs", False)),
+        "return_token_ids": bool(body.get("return_token_ids", False)),
         "stream": stream,
         "include_usage": include_usage,
     }
@@ -221,15 +226,23 @@ def _streaming(body: dict[str, Any]) -> tuple[bool, bool]:
     return stream, stream and bool(options.get("include_usage", False))
 
 
-def completion_response(alias: str, completion: Completion, want_logprobs: bool) -> dict[str, Any]:
+def completion_response(
+    alias: str, completion: Completion, want_logprobs: bool, want_token_ids: bool = False
+) -> dict[str, Any]:
+    """The OpenAI response; with `want_token_ids` (vLLM's `return_token_ids`) also the prompt's
+    token ids and each choice's, where vLLM puts them."""
     choices = []
-    for choice in completion.choices:
+    for choice, ids in zip(completion.choices, completion.completion_token_ids, strict=True):
         c = dict(choice)
         if not want_logprobs:
             c["logprobs"] = None
+        if want_token_ids:
+            c["token_ids"] = ids
         choices.append(c)
     n_completion = sum(len(ids) for ids in completion.completion_token_ids)
+    extra = {"prompt_token_ids": completion.prompt_token_ids} if want_token_ids else {}
     return {
+        **extra,
         "id": "chatcmpl-" + uuid.uuid4().hex[:24],
         "object": "chat.completion",
         "created": int(time.time()),
@@ -354,29 +367,25 @@ class Gateway:
         self.app = protect(self.routes, token, token_env=TOKEN_ENV)
 
     async def models(self, request: Request) -> JSONResponse:
-        step = await anyio.to_thread.run_sync(self.engine.refresh)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.alias,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "rlide",
-                        "checkpoint_step": step,
-                    }
-                ],
-            }
-        )
+        """The stable alias, and the checkpoint it serves now by the name ART's vLLM gives it."""
+        try:
+            step = await anyio.to_thread.run_sync(self.engine.refresh)
+        except BadRequest as exc:  # an upstream that serves nothing usable (`ProxyEngine`)
+            return _error(exc.status, str(exc), code=exc.code)
+        names = (self.alias, f"{self.alias}@{step}")
+        listed = [
+            {"id": n, "object": "model", "created": 0, "owned_by": "rlide", "checkpoint_step": step} for n in names
+        ]
+        return JSONResponse({"object": "list", "data": listed})
 
     async def chat(self, request: Request) -> Response:
         episode_id = request.path_params.get("episode_id")
         try:
-            args = parse_request(await _json_body(request), self.alias)
+            args = parse_request(await _json_body(request), self.alias, self.engine.checkpoint_step)
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
-            want_logprobs, stream, include_usage = args.pop("logprobs"), args.pop("stream"), args.pop("include_usage")
+            want_logprobs, want_ids = args.pop("logprobs"), args.pop("return_token_ids")
+            stream, include_usage = args.pop("stream"), args.pop("include_usage")
             # One trip off the event loop per request: sample and record (committed before we answer).
             completion = await anyio.to_thread.run_sync(self._complete, episode_id, args)
         except BadRequest as exc:
@@ -385,7 +394,7 @@ class Gateway:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
         except RecursionError:  # JSON up to 1,024 levels decodes; redaction and the template recurse in Python
             return _error(400, "the request nests too deeply (objects or lists inside each other ~1,000 levels)")
-        response = completion_response(self.alias, completion, want_logprobs)
+        response = completion_response(self.alias, completion, want_logprobs, want_ids)
         if stream:
             return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
         return JSONResponse(response)
@@ -476,9 +485,20 @@ class Gateway:
         return JSONResponse(episode.model_dump(mode="json"))
 
 
-def build_gateway(config: BackendConfig, database_url: str, *, token: str | None = None) -> Gateway:
-    """The gateway for a cpu-backend run (the engine loads the latest checkpoint)."""
-    return Gateway(TransformersEngine(config), EpisodeStore.open(database_url), token=token)
+def build_gateway(
+    config: BackendConfig, database_url: str, *, token: str | None = None, upstream: str | None = None
+) -> Gateway:
+    """The gateway for a run: its engine is `engines.policy_engine`'s choice, never past the step the
+    log committed for the run."""
+    store = EpisodeStore.open(database_url)
+
+    def committed() -> int | None:
+        try:
+            return store.runs.get_run(config.run).step
+        except StoreError:  # not started yet
+            return None
+
+    return Gateway(policy_engine(config, committed=committed, upstream=upstream), store, token=token)
 
 
 def serve(
@@ -488,13 +508,14 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8766,
     token: str | None = None,
+    upstream: str | None = None,
 ) -> None:
     """Run the policy endpoint (wired as `rlide policy serve`). Off loopback a token is required:
     `InsecureBind` is raised before the model loads."""
     import uvicorn
 
     check_bind(host, token, token_env=TOKEN_ENV)
-    gateway = build_gateway(config, database_url, token=token)
+    gateway = build_gateway(config, database_url, token=token, upstream=upstream)
     uvicorn.run(gateway.app, host=host, port=port, log_level="warning")
 
 

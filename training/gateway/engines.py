@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -215,13 +216,16 @@ class TransformersEngine:
 
 
 class ProxyEngine:
-    """Forwards to an upstream OpenAI-compatible server (vLLM under ART's LocalBackend, or another
-    rlide gateway), asking for per-token logprobs with tokens as `token_id:N` (vLLM's
-    `return_tokens_as_token_ids`), so recorded turns are trainable.
+    """Forwards to an upstream OpenAI-compatible server shaped like vLLM under ART's LocalBackend
+    (or another rlide gateway, which is shaped the same): the upstream serves each checkpoint as
+    `{upstream_model}@{step}`, and this engine asks for the newest one the log has committed
+    (`committed`: the run's committed step; None: the newest listed), so after a crash that left
+    the server a step ahead of the log both agree on the older step. Each request asks for
+    per-token logprobs with tokens as `token_id:N` and for the prompt's and completion's token ids
+    (vLLM's `return_tokens_as_token_ids`, `return_token_ids`), so recorded turns are trainable.
 
-    Limits: the upstream chat API takes text, so a continued conversation is re-tokenized upstream
-    (`prior` is not spliced; small logprob drift on multi-turn episodes), and prompt token ids are
-    not returned. The checkpoint step is the upstream's `system_fingerprint` suffix `@N` when present.
+    Limit: the upstream chat API takes text, so a continued conversation is re-tokenized upstream
+    (`prior` is not spliced; small logprob drift on multi-turn episodes).
     """
 
     def __init__(
@@ -230,6 +234,7 @@ class ProxyEngine:
         model_id: str,
         *,
         upstream_model: str | None = None,
+        committed: Callable[[], int | None] | None = None,
         http_client: Any = None,
         timeout_s: float = 600.0,
         api_key: str | None = None,
@@ -240,21 +245,37 @@ class ProxyEngine:
         self.model_id = model_id
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.upstream_model = upstream_model or model_id
+        self._committed = committed or (lambda: None)
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._models_url = base_url.rstrip("/") + "/models"
         self._http = http_client or httpx.Client(timeout=timeout_s)
-        self._step = 0
+        self._step: int | None = None
 
     @property
     def checkpoint_step(self) -> int:
-        return self._step
+        return self._step or 0
 
     def refresh(self) -> int:
+        """Serve the newest checkpoint the upstream lists that the log has committed."""
         resp = self._http.get(self._models_url, headers=self._headers)
-        resp.raise_for_status()
-        for model in resp.json().get("data") or []:
-            if model.get("id") == self.upstream_model and isinstance(model.get("checkpoint_step"), int):
-                self._step = model["checkpoint_step"]
+        if resp.status_code >= 400:
+            raise _upstream_refusal(resp)
+        prefix = f"{self.upstream_model}@"
+        listed = sorted(
+            int(name[len(prefix) :])
+            for name in (str(model.get("id", "")) for model in resp.json().get("data") or [])
+            if name.startswith(prefix) and name[len(prefix) :].isdigit()
+        )
+        committed = self._committed()
+        usable = [step for step in listed if committed is None or step <= committed]
+        if not usable:
+            served = ", ".join(f"{prefix}{step}" for step in listed) or "no checkpoint of it"
+            raise BadRequest(
+                f"the upstream policy server serves {served}, and the log's run is at step {committed}:"
+                " restart the training worker (it rolls back checkpoints the log never committed)",
+                502,
+            )
+        self._step = usable[-1]
         return self._step
 
     def complete(
@@ -271,14 +292,16 @@ class ProxyEngine:
         top_p: float = 1.0,
         options: dict[str, Any] | None = None,
     ) -> Completion:
+        step = self.refresh() if self._step is None else self._step
         body: dict[str, Any] = {
-            "model": self.upstream_model,
+            "model": f"{self.upstream_model}@{step}",
             "messages": messages,
             "n": n,
             "max_tokens": max_tokens,
             "temperature": temperature,
             "logprobs": True,
             "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
         }
         if seed is not None:
             body["seed"] = seed
@@ -290,22 +313,56 @@ class ProxyEngine:
             body["top_p"] = top_p
         body.update(options or {})
         resp = self._http.post(self._url, json=body, headers=self._headers)
+        if resp.status_code == 404:  # the upstream moved on (a newer committed step): follow it once
+            step = self.refresh()
+            resp = self._http.post(
+                self._url, json={**body, "model": f"{self.upstream_model}@{step}"}, headers=self._headers
+            )
         if resp.status_code >= 400:
             raise _upstream_refusal(resp)
         data = resp.json()
-        fingerprint = str(data.get("system_fingerprint") or "")
-        if "@" in fingerprint and fingerprint.rsplit("@", 1)[1].isdigit():
-            self._step = int(fingerprint.rsplit("@", 1)[1])
-        choices = list(data.get("choices") or [])
-        ids = [
-            [
-                int(t["token"].split(":")[1])
-                for t in ((c.get("logprobs") or {}).get("content") or [])
-                if str(t.get("token", "")).startswith("token_id:")
-            ]
-            for c in choices
-        ]
-        return Completion(choices=choices, prompt_token_ids=[], completion_token_ids=ids, checkpoint_step=self._step)
+        choices = [dict(choice) for choice in data.get("choices") or []]
+        ids = [_upstream_token_ids(choice) for choice in choices]
+        prompt_ids = [int(i) for i in data.get("prompt_token_ids") or []]
+        return Completion(choices=choices, prompt_token_ids=prompt_ids, completion_token_ids=ids, checkpoint_step=step)
+
+
+def _upstream_token_ids(choice: dict[str, Any]) -> list[int]:
+    """A choice's sampled ids: vLLM's `token_ids` (taken off the choice, which the client gets as an
+    OpenAI choice), else its logprob tokens' `token_id:N`."""
+    given = choice.pop("token_ids", None)
+    if isinstance(given, list):
+        return [int(i) for i in given]
+    return [
+        int(t["token"].split(":")[1])
+        for t in ((choice.get("logprobs") or {}).get("content") or [])
+        if str(t.get("token", "")).startswith("token_id:")
+    ]
+
+
+def policy_engine(
+    config: BackendConfig, *, committed: Callable[[], int | None] | None = None, upstream: str | None = None
+) -> PolicyEngine:
+    """The one engine choice of `rlide policy serve` and `rlide eval`: `upstream` when given (an
+    OpenAI-compatible server serving the run's model as `{model}@{step}`); else a cpu run's latest
+    checkpoint on transformers; else the policy server the run's worker published (ART's vLLM).
+    `committed`: the run's committed step in the log, which a forwarded request never passes."""
+    from training.backends.base import BackendError
+    from training.backends.served import published
+
+    if upstream is not None:
+        return ProxyEngine(upstream, config.model_name, upstream_model=config.run_model_name, committed=committed)
+    if config.backend == "cpu":
+        return TransformersEngine(config)
+    served = published(config.model_dir())
+    if served is None:
+        raise BackendError(
+            f"the {config.backend} run {config.run!r} has published no policy server in {config.model_dir()}:"
+            f" start its worker (`rlide train --daemon --run {config.run}`), or pass --upstream URL"
+        )
+    return ProxyEngine(
+        served.base_url, config.model_name, upstream_model=served.model, committed=committed, api_key=served.api_key
+    )
 
 
 def _upstream_refusal(resp: Any) -> BadRequest:
@@ -328,4 +385,12 @@ def _token_ids(choice: Any) -> list[int]:
     return [int(t.token.split(":")[1]) for t in content or []]
 
 
-__all__ = ["BadRequest", "Completion", "PolicyEngine", "PriorTurn", "ProxyEngine", "TransformersEngine"]
+__all__ = [
+    "BadRequest",
+    "Completion",
+    "PolicyEngine",
+    "PriorTurn",
+    "ProxyEngine",
+    "TransformersEngine",
+    "policy_engine",
+]

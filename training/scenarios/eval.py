@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -320,12 +321,16 @@ def eval_current_policy(
     samples: int = 1,
     temperature: float = 0.8,
     max_tokens: int = 256,
+    committed: Callable[[], int | None] | None = None,
+    upstream: str | None = None,
 ) -> EvalReport:
-    """pass@k of the latest checkpoint of a cpu-backend run (wired as `rlide eval`); `tasks` from
-    `select_tasks` with the run's `model_dir()`."""
-    from training.gateway.engines import TransformersEngine
+    """pass@k of a run's policy (wired as `rlide eval`): the engine `policy serve` would use
+    (`gateway.engines.policy_engine`: a cpu run's latest checkpoint, a GPU run's published server, or
+    `upstream`); `tasks` from `select_tasks` with the run's `model_dir()`."""
+    from training.gateway.engines import policy_engine
 
-    engine = TransformersEngine(backend_config)
+    engine = policy_engine(backend_config, committed=committed, upstream=upstream)
+    engine.refresh()
     return evaluate(
         engine_policy(engine),
         runner,

@@ -6,7 +6,7 @@ hyperparameters.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ class WorkerConfig:
     backend: BackendConfig = field(default_factory=BackendConfig)
     """Trainer choice and its checkpoint directory."""
     run: str = "default"
-    """Name of the training run: its cursor, history and consumed groups in the log."""
+    """Name of the training run: its cursor, history and consumed groups in the log, and its own
+    checkpoint directory (`BackendConfig.run`, set from this)."""
     scenarios: str | None = "toy"
     """Scenario sets for self-play rollouts each step, comma-separated: toy, humaneval, log (episodes of
     the log whose reward can be re-checked, refreshed every step); None for log groups only."""
@@ -72,6 +73,10 @@ class WorkerConfig:
     dpo_batch: int = 0
     """Most preference pairs (`dpo` export: episodes of one task whose rewards differ by 0.5 or more)
     per DPO step, taken after SFT and before GRPO; 0 (default) turns DPO off."""
+
+    def __post_init__(self) -> None:
+        if self.backend.run != self.run:
+            self.backend = replace(self.backend, run=self.run)
 
     @classmethod
     def for_home(cls, home: Path, database_url: str, *, backend: str = "cpu", **overrides: Any) -> WorkerConfig:

@@ -77,6 +77,7 @@ from training.scenarios.base import (
 )
 from training.scenarios.rollout import next_attempt, rollout_groups
 from training.worker.config import WorkerConfig
+from training.worker.metrics import StepMetrics
 from training.worker.outcome import StopReason, WorkerError, WorkerReport
 from training.worker.run_lock import RunLock
 
@@ -120,17 +121,27 @@ class Worker:
         self.store: EpisodeStore | None = None
         self.backend: TrainingBackend | None = None
         self._sft_skip_recorded = False
+        self._metrics = StepMetrics(config.backend.model_dir())
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def _open(self) -> tuple[EpisodeStore, TrainingBackend, int]:
         cfg = self.config
         store = EpisodeStore.open(cfg.database_url)
-        run = store.runs.ensure_run(
-            cfg.run, backend=cfg.backend.backend, base_model=cfg.backend.base_model, config=cfg.to_dict()
-        )
+        identity = cfg.backend.identity()
+        # Refused before the model loads, and the run recorded only once its backend started: a
+        # failed start pins nothing.
+        self._check_identity(store.runs.differences(cfg.run, identity))
         backend = self._backend or make_backend(cfg.backend)
         ckpt_step = backend.start()
+        try:
+            run = store.runs.ensure_run(
+                cfg.run, backend=identity["backend"], base_model=identity["base_model"], config=cfg.to_dict(),
+                identity=identity,
+            )  # fmt: skip
+        except StoreError as exc:  # started with other settings by a worker that won the race
+            backend.close()
+            raise WorkerError(f"{exc}: {self._identity_fix()}") from exc
         if ckpt_step > run.step:
             log.warning("worker_rollback", run=cfg.run, checkpoint_step=ckpt_step, committed_step=run.step)
             backend.rollback(run.step)
@@ -141,6 +152,18 @@ class Worker:
                 " or start a new run name"
             )
         return store, backend, run.step
+
+    def _identity_fix(self) -> str:
+        return (
+            "resume it with the settings it was started with (`rlide train status` shows them),"
+            f" or train another run: --run {self.config.run}-2"
+        )
+
+    def _check_identity(self, differences: list[str]) -> None:
+        if differences:
+            raise WorkerError(
+                f"training run {self.config.run!r} was started with {'; '.join(differences)}: {self._identity_fix()}"
+            )
 
     def _scenario_pool(self) -> list[Scenario]:
         """This step's pool: the explicit list, or the built-in sets (read once) plus the log's
@@ -207,6 +230,7 @@ class Worker:
             finally:
                 self.backend.close()
                 self.store.close()
+                self._metrics.close()
             return report
         finally:
             lock.release()
@@ -324,6 +348,14 @@ class Worker:
         except StoreError:
             self.backend.rollback(report.step)  # the log did not take it: forget the checkpoint too
             raise
+        rewards_and_groups = {
+            "reward/mean": reward_mean,
+            "reward/std": reward_std,
+            "charts/groups_trained": len(filtered.kept),
+            "charts/zero_variance": filtered.zero_variance,
+            "charts/stale": filtered.stale,
+        }
+        self._metrics.write(result.step, {**metrics, **rewards_and_groups})
         report.step = result.step
         report.steps_trained += 1
         report.groups_trained += len(filtered.kept)
@@ -395,6 +427,7 @@ class Worker:
             except StoreError:
                 self.backend.rollback(report.step)  # the log did not take it: forget the checkpoint too
                 raise
+            self._metrics.write(result.step, {**metrics, "charts/sft_episodes": len(trained)})
             report.step = result.step
             report.steps_trained += 1
             report.sft_steps += 1
@@ -443,6 +476,7 @@ class Worker:
             except StoreError:
                 self.backend.rollback(report.step)
                 raise
+            self._metrics.write(result.step, {**metrics, "charts/dpo_pairs": len(trained)})
             report.step = result.step
             report.steps_trained += 1
             report.dpo_steps += 1

@@ -7,6 +7,7 @@ light: no torch, no ART, safe to import in the MCP server process.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -29,6 +30,10 @@ class TrainingStatus(BaseModel):
     run: str
     backend: str
     base_model: str
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What the run was started with and keeps: backend, base model, hyperparameters.",
+    )
     step: int = Field(description="Optimizer steps committed; the policy endpoint serves this checkpoint.")
     state: RunState
     message: str | None = None
@@ -82,6 +87,7 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         run=info.name,
         backend=info.backend,
         base_model=info.base_model,
+        settings=store.runs.identity(info.name) or {},
         step=info.step,
         state=info.state,
         message=info.message,

@@ -21,14 +21,14 @@ pytest.importorskip("peft")
 from episodes.codec import encode_choice  # noqa: E402
 from episodes.run_records import RunState  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
-from training.backends.base import BackendConfig, checkpoint_steps, make_backend  # noqa: E402
+from training.backends.base import BackendConfig, BackendUnavailable, checkpoint_steps, make_backend  # noqa: E402
 from training.data.groups import Group, Trajectory  # noqa: E402
 from training.scenarios.base import toy_scenarios  # noqa: E402
 from training.scenarios.rollout import rollout_groups  # noqa: E402
 from training.scenarios.toy import toy_tasks  # noqa: E402
 from training.worker.config import WorkerConfig  # noqa: E402
 from training.worker.loop import train  # noqa: E402
-from training.worker.outcome import StopReason  # noqa: E402
+from training.worker.outcome import StopReason, WorkerError  # noqa: E402
 from training.worker.status import read_status  # noqa: E402
 
 ROOT = Path(__file__).parents[3]
@@ -270,3 +270,55 @@ def test_the_worker_takes_a_real_dpo_step_on_pairs_of_logged_episodes(tmp_path: 
 
     report = train(cfg, once=True)
     assert (report.steps_trained, report.step) == (0, 1)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_two_runs_side_by_side_keep_their_own_checkpoints_and_settings(tmp_path: Path) -> None:
+    """Each run trains in a directory of its own: a second run never rolls back, overwrites or loads the
+    first one's checkpoints; a run resumed with other settings, or whose backend cannot start, is
+    refused with what to do, and a failed start records no run."""
+
+    def config(run: str, **backend: object) -> WorkerConfig:
+        return WorkerConfig(
+            database_url=str(tmp_path / "ep.db"),
+            backend=BackendConfig(path=tmp_path / "art", **backend),  # type: ignore[arg-type]
+            run=run,
+            max_steps=1,
+            groups_per_step=2,
+        )
+
+    first = config("first")
+    assert train(first, once=True).step == 1
+    first_dir = first.backend.model_dir()
+    assert first_dir == tmp_path / "art" / "rlide" / "models" / "student-first"
+    before = _files(first_dir)
+    assert "checkpoints/0001/adapter_model.safetensors" in before
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    charts = EventAccumulator(str(first_dir / "tensorboard"))
+    charts.Reload()  # the committed step's figures, for `tensorboard --logdir`
+    assert {"reward/mean", "losses/policy_loss", "charts/groups_trained"} <= set(charts.Tags()["scalars"])
+    assert [point.step for point in charts.Scalars("reward/mean")] == [1]
+
+    second = config("second")
+    assert train(second, once=True).step == 1  # its own step 0, not the other run's step 1
+    assert checkpoint_steps(second.backend.model_dir()) == [1]
+    assert _files(first_dir) == before  # untouched, byte for byte
+
+    with pytest.raises(WorkerError, match=r"started with lora_rank 8 \(not 16\).*--run first-2"):
+        train(config("first", lora_rank=16), once=True)
+    with pytest.raises(BackendUnavailable):
+        train(config("gpu", backend="local"), once=True)
+    store = EpisodeStore.open(first.database_url)
+    try:
+        assert store.runs.identity("gpu") is None  # a failed start pins no backend or base model
+        assert store.runs.get_run("first").step == 1
+        assert store.runs.identity("first") == first.backend.identity()
+    finally:
+        store.close()
+    assert _files(first_dir) == before
+    with pytest.raises(ValueError, match="run name"):
+        config("../elsewhere")

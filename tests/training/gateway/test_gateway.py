@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import threading
 import time
@@ -65,14 +66,25 @@ def client_for(http: TestClient, episode_id: str | None = None) -> openai.OpenAI
 def test_models_and_plain_completions(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     _, http, _ = setup
     models = client_for(http).models.list()
-    assert [m.id for m in models.data] == ["student"]
+    assert [m.id for m in models.data] == ["student", "student@0"]  # the alias, and the step as ART's vLLM names it
     resp = client_for(http).chat.completions.create(
         model="student", messages=[{"role": "user", "content": "hi"}], max_tokens=5, n=2, seed=3
     )
     assert len(resp.choices) == 2 and resp.choices[0].logprobs is None
     assert resp.usage.completion_tokens > 0 and resp.system_fingerprint == "student@0"
-    with pytest.raises(openai.NotFoundError, match="serves 'student'"):
-        client_for(http).chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "hi"}])
+    # vLLM's return_token_ids: the prompt's ids and each choice's, where vLLM puts them.
+    raw = http.post(
+        "/v1/chat/completions",
+        json={"model": "student@0", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+              "logprobs": True, "return_tokens_as_token_ids": True, "return_token_ids": True},
+    ).json()  # fmt: skip
+    [choice] = raw["choices"]
+    assert len(raw["prompt_token_ids"]) == raw["usage"]["prompt_tokens"]
+    assert choice["token_ids"] == [int(t["token"].split(":")[1]) for t in choice["logprobs"]["content"]]
+    assert "token_ids" not in resp.choices[0].model_dump() or resp.choices[0].model_dump()["token_ids"] is None
+    for wrong in ("gpt-9", "student@1"):
+        with pytest.raises(openai.NotFoundError, match=r"serves 'student' \(student@0\)"):
+            client_for(http).chat.completions.create(model=wrong, messages=[{"role": "user", "content": "hi"}])
 
 
 def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
@@ -319,7 +331,9 @@ def test_a_proxy_forwards_sampling_options_to_its_upstream(setup: tuple[Gateway,
     gateway, _, _ = setup
     upstream = TestClient(gateway.app)
     forwarded: list[dict[str, object]] = []
-    upstream.event_hooks["request"].append(lambda request: forwarded.append(json.loads(request.content)))
+    upstream.event_hooks["request"].append(
+        lambda request: forwarded.append(json.loads(request.content)) if request.method == "POST" else None
+    )
     proxy = TestClient(Gateway(ProxyEngine("http://testserver/v1", "student", http_client=upstream), gateway.store).app)
     messages = [{"role": "user", "content": "Write a number."}]
     greedy = client_for(proxy).chat.completions.create(model="student", messages=messages, max_tokens=8, temperature=0)
@@ -337,10 +351,10 @@ def test_a_proxy_forwards_sampling_options_to_its_upstream(setup: tuple[Gateway,
     sent = forwarded[-1]
     assert sent["top_p"] == 1e-6 and sent["tool_choice"] == "none" and sent["top_k"] == 3
     assert sent["response_format"] == {"type": "text"} and "top_p" not in forwarded[0]
-    # An upstream refusing for its own reasons (here: it serves no such model) is the proxy's fault.
+    # An upstream that serves no such model is the proxy's fault, said as such.
     engine = ProxyEngine("http://testserver/v1", "student", upstream_model="gpt-9", http_client=upstream)
     misconfigured = TestClient(Gateway(engine, gateway.store).app)
-    with pytest.raises(openai.InternalServerError, match="upstream policy server answered 404"):
+    with pytest.raises(openai.InternalServerError, match="upstream policy server serves no checkpoint of it"):
         client_for(misconfigured).chat.completions.create(model="student", messages=messages, max_tokens=2)
 
 
@@ -360,11 +374,20 @@ def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]
 
 
 def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
-    """A gateway in front of another OpenAI-compatible server (here: a cpu gateway standing in for vLLM)."""
+    """A gateway in front of another OpenAI-compatible server (here: a cpu gateway standing in for ART's
+    vLLM: it serves `student@{step}` and returns token ids). The proxy asks for the step the log
+    committed, records the upstream's prompt and completion ids, and follows the upstream to the
+    next committed step; an upstream a step ahead of the log (a crash) is refused with the fix."""
     from training.gateway.engines import ProxyEngine
 
     upstream, upstream_http, config = setup
-    proxy = Gateway(ProxyEngine("http://testserver/v1", "student", http_client=upstream_http), upstream.store)
+    sent: list[dict[str, object]] = []
+    upstream_http.event_hooks["request"].append(
+        lambda request: sent.append(json.loads(request.content)) if request.method == "POST" else None
+    )
+    committed = lambda: upstream.store.runs.get_run("default").step if upstream.store.runs.list_runs() else None  # noqa: E731
+    engine = ProxyEngine("http://testserver/v1", "student", http_client=upstream_http, committed=committed)
+    proxy = Gateway(engine, upstream.store)
     http = TestClient(proxy.app)
     for i, reward in enumerate([1.0, 0.0]):
         episode_id = http.post("/episodes", json={"task": "Write a number."}).json()["episode_id"]
@@ -377,13 +400,25 @@ def test_proxy_engine_records_an_upstream_servers_tokens(setup: tuple[Gateway, T
         )
         [turn] = proxy.store.turns.policy_turns(episode_id)
         assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]
-        assert turn.prompt_token_ids is None and turn.checkpoint_step == 0
+        assert turn.checkpoint_step == 0 and turn.model == "student@0" and sent[-1]["model"] == "student@0"
+        assert sent[-1]["return_token_ids"] is True
+        assert (
+            turn.prompt_token_ids
+            == upstream.engine.complete(  # type: ignore[attr-defined]
+                [{"role": "user", "content": "Write a number."}], n=1, max_tokens=1, temperature=0, seed=0, tools=None
+            ).prompt_token_ids
+        )
         http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": reward})
     report = train(WorkerConfig(database_url=proxy.store.url, backend=config, scenarios=None, group_size=2), once=True)
     assert report.steps_trained == 1
     [record] = proxy.store.runs.training_steps("default")
     assert record.metrics["losses/max_logprob_drift"] < 1e-4
-    assert proxy.engine.refresh() == 1  # the upstream now serves the new checkpoint
+    assert proxy.engine.refresh() == 1  # the upstream now serves the new, committed checkpoint
+    # A crash between saving step 2 and committing it: the upstream serves student@2, the log says 1.
+    shutil.copytree(config.checkpoint_dir(1), config.checkpoint_dir(2))
+    assert upstream.engine.refresh() == 2
+    with pytest.raises(openai.InternalServerError, match=r"serves student@2, and the log's run is at step 1: restart"):
+        client_for(http).models.list()
 
 
 def test_a_turn_into_an_episode_ended_elsewhere_is_refused_and_not_recorded(

@@ -1,0 +1,71 @@
+"""A GPU run is served and evaluated by the server its worker published, over real HTTP: here a cpu
+gateway on a real port stands in for ART's vLLM (it names each checkpoint `student@{step}` and
+returns token ids), and `rlide policy serve`'s gateway and `rlide eval`'s engine for a `local` run
+forward to it (training/backends/served.py, gateway/engines.policy_engine)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+import openai  # noqa: E402
+import uvicorn  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+from episodes.store import EpisodeStore  # noqa: E402
+from training.backends.base import BackendConfig, BackendError  # noqa: E402
+from training.backends.served import Served, publish, published  # noqa: E402
+from training.gateway.app import Gateway, build_gateway  # noqa: E402
+from training.gateway.engines import ProxyEngine, TransformersEngine, policy_engine  # noqa: E402
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, store: EpisodeStore) -> Iterator[str]:
+    """The stand-in policy server on 127.0.0.1, on a free port; its base URL."""
+    gateway = Gateway(TransformersEngine(BackendConfig(path=tmp_path / "upstream"), reload_interval_s=0.0), store)
+    server = uvicorn.Server(uvicorn.Config(gateway.app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the stand-in server did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def test_a_gpu_run_is_served_by_the_server_its_worker_published(tmp_path: Path, upstream: str) -> None:
+    config = BackendConfig(backend="local", path=tmp_path / "art", base_model="Qwen/Qwen2.5-1.5B-Instruct", run="gpu-1")
+    database_url = str(tmp_path / "proxy.db")
+    with pytest.raises(BackendError, match=r"published no policy server.*rlide train --daemon --run gpu-1.*--upstream"):
+        build_gateway(config, database_url)
+
+    publish(config.model_dir(), Served(base_url=upstream, model="student", api_key="unused"))
+    assert published(config.model_dir()) == Served(upstream, "student", "unused")
+    gateway = build_gateway(config, database_url)
+    assert isinstance(gateway.engine, ProxyEngine)
+    http = TestClient(gateway.app)
+    assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["student", "student@0"]
+    episode_id = http.post("/episodes", json={"task": "Write a number."}).json()["episode_id"]
+    client = openai.OpenAI(base_url=f"http://testserver/episodes/{episode_id}/v1", api_key="x", http_client=http)
+    resp = client.chat.completions.create(
+        model="student", messages=[{"role": "user", "content": "Write a number."}], max_tokens=5, logprobs=True
+    )
+    [turn] = gateway.store.turns.policy_turns(episode_id)
+    assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]
+    assert turn.prompt_token_ids and turn.model == "student@0"
+    gateway.store.close()
+
+    # eval's engine is the same choice; --upstream overrides what the run published.
+    engine = policy_engine(config, committed=lambda: None)
+    assert isinstance(engine, ProxyEngine) and engine.refresh() == 0
+    given = policy_engine(BackendConfig(path=tmp_path / "art"), upstream=upstream)
+    assert isinstance(given, ProxyEngine) and given.upstream_model == "student"
+    assert isinstance(policy_engine(BackendConfig(path=tmp_path / "cpu")), TransformersEngine)
