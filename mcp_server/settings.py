@@ -114,9 +114,10 @@ class Settings(BaseSettings):
     embeddings_base_url: str = "https://api.openai.com/v1"
     embeddings_model: str = "text-embedding-3-small"
     embeddings_api_key: SecretStr | None = None
-    training_backend: Literal["cpu", "local", "serverless", "tinker"] = Field(
+    training_backend: Literal["cpu", "local", "serverless", "tinker", "art-cpu"] = Field(
         "cpu",
-        description="Trainer: cpu (any causal LM with LoRA, no GPU), local (ART on a GPU), serverless (W&B), tinker.",
+        description="Trainer: cpu (any causal LM with LoRA, no GPU), local (ART on a GPU), serverless (W&B), tinker,"
+        " art-cpu (the local adapter over a CPU stand-in of ART's LocalBackend: docs/gpu.md).",
     )
     training_base_model: str = Field(
         "tiny-qwen2",

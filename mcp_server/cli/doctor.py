@@ -153,6 +153,7 @@ def check_memory(settings: Settings) -> list[Check]:
 def check_training(settings: Settings) -> list[Check]:
     """The cpu backend by its packages; each ART backend by its own list of what it lacks here (the
     one `rlide train` refuses to start with)."""
+    from training.backends.art_cpu import CpuArtBackend
     from training.backends.art_local import LocalArtBackend
     from training.backends.base import BackendConfig
     from training.backends.serverless import ServerlessArtBackend
@@ -170,8 +171,13 @@ def check_training(settings: Settings) -> list[Check]:
             selected=settings.training_backend == "cpu",
         )
     ]
-    descriptions = {"local": "ART LocalBackend with vLLM", "serverless": "W&B serverless", "tinker": "Tinker"}
-    for adapter in (LocalArtBackend, ServerlessArtBackend, TinkerArtBackend):
+    descriptions = {
+        "local": "ART LocalBackend with vLLM",
+        "serverless": "W&B serverless",
+        "tinker": "Tinker",
+        "art-cpu": "the local adapter over a CPU stand-in of ART's LocalBackend",
+    }
+    for adapter in (LocalArtBackend, ServerlessArtBackend, TinkerArtBackend, CpuArtBackend):
         config = BackendConfig(backend=adapter.name, base_model=settings.training_base_model)
         problems = adapter.missing(config)
         detail = "; ".join(problems) if problems else descriptions[adapter.name]

@@ -1,8 +1,10 @@
 """Shared adapter for ART's own backends (LocalBackend, ServerlessBackend, TinkerBackend).
 
 ART's API is async; the worker is a plain loop, so each call runs on one private event loop.
-Sampling goes through ART's managed OpenAI client with `logprobs=True`, so the returned `Choice`s
-carry what RL needs. NOT exercised in this repository's CI (no GPU, no keys): see docs/training.md.
+Sampling goes through an OpenAI client on the server ART registered, with `logprobs=True`, so the
+returned `Choice`s carry what RL needs. Exercised in CI over the CPU stand-in of ART's LocalBackend
+(`art_cpu.py`); ART's own LocalBackend, ServerlessBackend and TinkerBackend are not (no GPU, no keys):
+see docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class ArtBackendAdapter:
         self._loop = asyncio.new_event_loop()
         self._art_backend: Any = None
         self._model: Any = None
+        self._openai: Any = None
 
     def _run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         try:
@@ -80,10 +83,13 @@ class ArtBackendAdapter:
             name=self.config.run_model_name,
             project=self.config.project,
             base_model=self.config.base_model,
+            # ART's own files (history.jsonl, its logs) in the run's folder, not ./.art of wherever it started
+            base_path=str(self.config.path.expanduser()),
             **self.model_options(),
         )
 
     def start(self) -> int:
+        self._openai = None  # a client of the server this start registers
         self._art_backend = self.make_art_backend()
         self._model = self.trainable_model()
         self._run(self._model.register(self._art_backend))
@@ -104,7 +110,7 @@ class ArtBackendAdapter:
         seed: int | None = None,
         tools: list[dict[str, Any]] | None = None,
     ) -> list[Any]:
-        client = self._model.openai_client()
+        client = self._client()
         kwargs: dict[str, Any] = {"tools": tools} if tools else {}
 
         async def go() -> list[Any]:
@@ -122,6 +128,21 @@ class ArtBackendAdapter:
 
         return self._run(go())
 
+    def _client(self) -> Any:
+        """An OpenAI client on the server ART registered for the model. Not ART's `openai_client()`:
+        openpipe-art 0.5.18 builds that with httpx objects which openai 3's httpx2 transport refuses
+        (`TypeError: unsupported operand type(s) for +: 'float' and 'Timeout'`)."""
+        if self._openai is None:
+            from openai import AsyncOpenAI
+
+            self._openai = AsyncOpenAI(
+                base_url=self._model.inference_base_url,
+                api_key=self._model.inference_api_key or "unused",
+                timeout=1200.0,
+                max_retries=0,  # the worker retries a failed step itself, with backoff
+            )
+        return self._openai
+
     def train(self, groups: list[Group]) -> TrainResult:
         lr = self.config.learning_rate or DEFAULT_LR
         art_groups = to_art(groups)
@@ -129,17 +150,27 @@ class ArtBackendAdapter:
         self.step = int(self._run(self._model.get_step()))
         raw = getattr(trained, "metrics", None) or {}
         metrics = {k: float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        # ART's own record of the step (its history in the model's folder, and W&B when configured).
-        self._run(self._model.log(art_groups, split="train", metrics=metrics, step=self.step))
+        rewards = [t.reward for g in groups for t in g.trajectories]
+        if rewards:
+            metrics["reward/mean"] = sum(rewards) / len(rewards)
+        # ART's own record of the step (history.jsonl in its model folder, and W&B when configured). The
+        # figures only: the trajectories are in the episode log already, and ART writes them as parquet.
+        self._run(self._model.log(split="train", metrics=metrics, step=self.step))
         return TrainResult(step=self.step, metrics=metrics)
 
     def rollback(self, step: int) -> None:
         # Local checkpoints past `step` are deleted; remote backends keep theirs (ART has no delete).
-        for s in checkpoint_steps(self.config.model_dir()):
-            if s > step:
-                shutil.rmtree(self.config.checkpoint_dir(s), ignore_errors=True)
+        later = [s for s in checkpoint_steps(self.config.model_dir()) if s > step]
+        for s in later:
+            shutil.rmtree(self.config.checkpoint_dir(s), ignore_errors=True)
         if self.step > step and not self.config.model_dir().exists():
             raise BackendError(f"{self.name} cannot roll back from step {self.step} to {step}: start a new run")
+        if later and self._art_backend is not None:
+            # ART loaded (and its vLLM serves) the newest checkpoint when it started: start it again on
+            # the committed one, so training and serving resume from what the log has.
+            self._run(self._art_backend.close())
+            if self.start() != step:
+                raise BackendError(f"{self.name} restarted at step {self.step}, not the committed step {step}")
         self.step = step
 
     def close(self) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from training.backends._art_common import ArtBackendAdapter, missing_modules
-from training.backends.base import BackendConfig
+from training.backends.base import BackendConfig, BackendUnavailable
 
 ART_VERSION = "0.5.18"
 """The openpipe-art this adapter was written and checked against."""
@@ -26,6 +27,10 @@ def _art_version() -> str | None:
         return importlib.metadata.version("openpipe-art")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _nvidia_driver() -> bool:
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
 
 
 def _vllm_runtime() -> str | None:
@@ -56,11 +61,8 @@ class LocalArtBackend(ArtBackendAdapter):
             problems.append(f"{', '.join(modules)} ({GPU_INSTALL})")
         elif version != ART_VERSION:
             problems.append(f"openpipe-art {ART_VERSION}, not {version} ({GPU_INSTALL})")
-        if "torch" not in modules:
-            import torch
-
-            if not torch.cuda.is_available():
-                problems.append("an NVIDIA GPU that torch can use (torch.cuda.is_available() is False)")
+        if not _nvidia_driver():
+            problems.append("an NVIDIA GPU and its driver (no /proc/driver/nvidia/version, no nvidia-smi)")
         runtime = _vllm_runtime()
         if runtime:
             problems.append(runtime)
@@ -87,6 +89,14 @@ class LocalArtBackend(ArtBackendAdapter):
         return {"kl_penalty_coef": self.config.kl_penalty_coef}
 
     def make_art_backend(self) -> Any:
+        import torch
         from art.local import LocalBackend
+
+        # `missing` saw a driver without importing torch (doctor stays light); this is whether torch can use it.
+        if not torch.cuda.is_available():
+            raise BackendUnavailable(
+                "the local training backend needs an NVIDIA GPU that torch can use: torch.cuda.is_available()"
+                f" is False (torch {torch.__version__}: a CPU-only build, or a driver older than its CUDA)"
+            )
 
         return LocalBackend(path=str(self.config.path.expanduser()))

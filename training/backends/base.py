@@ -4,6 +4,7 @@
     local       ART LocalBackend: GPU + vLLM + unsloth
     serverless  ART ServerlessBackend on W&B (needs WANDB_API_KEY)
     tinker      ART TinkerBackend (needs TINKER_API_KEY)
+    art-cpu     the `local` adapter over a CPU stand-in of ART's LocalBackend (tests, laptops)
 
 `make_backend(config)` imports only the chosen module and calls its `check()` first, so a missing
 package, GPU or key fails at start-up with a message that says what to install or set, instead
@@ -25,6 +26,7 @@ BACKENDS = {
     "local": "training.backends.art_local:LocalArtBackend",
     "serverless": "training.backends.serverless:ServerlessArtBackend",
     "tinker": "training.backends.tinker:TinkerArtBackend",
+    "art-cpu": "training.backends.art_cpu:CpuArtBackend",
 }
 
 
@@ -72,7 +74,7 @@ class BackendConfig:
     """What every backend needs. Field docs double as the `rlide.toml` [training] reference."""
 
     backend: str = "cpu"
-    """One of: cpu, local, serverless, tinker."""
+    """One of: cpu, local, serverless, tinker, art-cpu."""
     path: Path = Path("~/.local/share/rlide/art")
     """ART's directory: checkpoints live under {path}/{project}/models/{run_model_name}/checkpoints/{step:04d}."""
     project: str = "rlide"

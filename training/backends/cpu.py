@@ -496,18 +496,27 @@ class CpuBackend:
         return choices
 
     def train(self, groups: list[Group]) -> TrainResult:
-        """One GRPO step: ART's tokenization and loss, one trajectory at a time (the per-sequence
-        losses are summed and divided by the batch's scored tokens: ART's token mean)."""
+        """One GRPO step on rlide's groups: `train_art` on their ART form."""
+        return self.train_art(to_art(groups))
+
+    def train_art(self, art_groups: list[Any], learning_rate: float | None = None) -> TrainResult:
+        """One GRPO step on ART `TrajectoryGroup`s: ART's tokenization and loss, one trajectory at a
+        time (the per-sequence losses are summed and divided by the batch's scored tokens: ART's
+        token mean). `learning_rate`: this step's, as ART's `backend.train` takes it (None: the run's)."""
         from art.loss import loss_fn
         from art.preprocessing.pack import packed_tensors_from_tokenized_results
         from art.preprocessing.tokenize import tokenize_trajectory_groups
 
         self._require_started()
+        assert self.optimizer is not None
+        if learning_rate is not None:
+            for param_group in self.optimizer.param_groups:
+                param_group["lr"] = learning_rate
         started = time.perf_counter()
         random.seed(self.config.seed * 100_003 + self.step)  # ART shuffles with `random`
         tokenized = list(
             tokenize_trajectory_groups(
-                self.tokenizer, to_art(groups), allow_training_without_logprobs=False, scale_rewards=True
+                self.tokenizer, art_groups, allow_training_without_logprobs=False, scale_rewards=True
             )
         )
         results = [r for r in tokenized if len(r.token_ids) <= self.max_seq_len]
@@ -553,8 +562,10 @@ class CpuBackend:
         drift = float((new_all[recorded] - old_all[recorded]).abs().max()) if recorded.any() else math.nan
         corr = float(torch.corrcoef(torch.stack([new_all[recorded].exp(), old_all[recorded].exp()]))[0, 1])
         self._record_trained(
-            "grpo", [(g.metadata.get("scenario") or g.key, g.trajectories[0].messages_and_choices) for g in groups]
-        )
+            "grpo",
+            [(g.metadata.get("scenario") or g.metadata.get("group_key"), g.trajectories[0].messages_and_choices)
+             for g in art_groups],
+        )  # fmt: skip
         total_tokens = int((tokens != -100).sum())
         return self._result(
             started,

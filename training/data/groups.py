@@ -163,7 +163,11 @@ def to_art(groups: list[Group]) -> list[Any]:
                 )
                 for t in g.trajectories
             ],
-            metadata={"group_key": g.key},
+            # The scenario a self-play group practised names the task in the trained-task ledger.
+            metadata={
+                "group_key": g.key,
+                **({"scenario": str(g.metadata["scenario"])} if "scenario" in g.metadata else {}),
+            },
         )
         for g in groups
     ]

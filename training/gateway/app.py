@@ -381,7 +381,11 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         episode_id = request.path_params.get("episode_id")
         try:
-            args = parse_request(await _json_body(request), self.alias, self.engine.checkpoint_step)
+            body = await _json_body(request)
+            step = self.engine.checkpoint_step
+            if isinstance(body, dict) and body.get("model") not in (None, self.alias, f"{self.alias}@{step}"):
+                step = await anyio.to_thread.run_sync(self.engine.refresh)  # asked for a newer checkpoint?
+            args = parse_request(body, self.alias, step)
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
             want_logprobs, want_ids = args.pop("logprobs"), args.pop("return_token_ids")

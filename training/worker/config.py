@@ -81,7 +81,10 @@ class WorkerConfig:
     @classmethod
     def for_home(cls, home: Path, database_url: str, *, backend: str = "cpu", **overrides: Any) -> WorkerConfig:
         """The default layout under rlide's home: checkpoints in {home}/art, the chart in {home}/training."""
-        backend_fields = {k: overrides.pop(k) for k in list(overrides) if k in BackendConfig.__dataclass_fields__}
+        # The run is the worker's (it sets the backend's from it): never a backend field here.
+        backend_fields = {
+            k: overrides.pop(k) for k in list(overrides) if k in BackendConfig.__dataclass_fields__ and k != "run"
+        }
         return cls(
             database_url=database_url,
             backend=BackendConfig(backend=backend, path=home / "art", **backend_fields),

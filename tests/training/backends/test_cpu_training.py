@@ -322,3 +322,10 @@ def test_two_runs_side_by_side_keep_their_own_checkpoints_and_settings(tmp_path:
     assert _files(first_dir) == before
     with pytest.raises(ValueError, match="run name"):
         config("../elsewhere")
+    cli = WorkerConfig.for_home(tmp_path, first.database_url, run="first", lora_rank=4)  # as `rlide train` builds it
+    assert (cli.run, cli.backend.run, cli.backend.lora_rank, cli.backend.model_dir()) == (
+        "first",
+        "first",
+        4,
+        first_dir,
+    )

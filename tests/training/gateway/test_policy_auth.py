@@ -97,7 +97,7 @@ def test_the_openai_client_authenticates_with_its_api_key(store: EpisodeStore) -
         with pytest.raises(openai.AuthenticationError, match="bearer token"):
             refused.chat.completions.create(**CHAT)
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=TOKEN, max_retries=0)
-        assert [m.id for m in client.models.list().data] == ["student"]
+        assert [m.id for m in client.models.list().data] == ["student", "student@0"]
         assert client.chat.completions.create(**CHAT).choices[0].message.content == "42"
 
 
