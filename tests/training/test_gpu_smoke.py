@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,14 +15,9 @@ from pathlib import Path
 import pytest
 
 from envpool.sandbox.bwrap import bwrap_available
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.slow
@@ -40,7 +34,7 @@ def test_the_smoke_script_runs_the_gpu_path_on_the_cpu_stand_in(tmp_path: Path) 
         "STEPS": "2",
         "EVAL_TASKS": "1",
         "EVAL_MAX_TOKENS": "8",
-        "PORT": str(_free_port()),
+        "PORT": str(free_port()),
         "RLIDE_HOME": str(tmp_path),
     }
     env.pop("RLIDE_DATABASE_URL", None)

@@ -13,16 +13,14 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("art")
-import openai  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from episodes.store import EpisodeStore  # noqa: E402
 from mcp_server.cli.app import app  # noqa: E402
+from tests.training.proxied import assert_proxied_turn_recorded  # noqa: E402
 from training.backends.base import BackendConfig, checkpoint_steps, make_backend  # noqa: E402
 from training.backends.served import published  # noqa: E402
 from training.gateway.app import build_gateway  # noqa: E402
-from training.gateway.engines import ProxyEngine  # noqa: E402
 from training.worker.config import WorkerConfig  # noqa: E402
 from training.worker.loop import train  # noqa: E402
 
@@ -71,17 +69,7 @@ def test_the_local_adapter_trains_resumes_serves_and_evaluates_through_arts_prot
         served = published(model_dir)
         assert served is not None and served.model == "student-gpu" and served.base_url.startswith("http://127.0.0.1:")
         gateway = build_gateway(config.backend, database_url)
-        assert isinstance(gateway.engine, ProxyEngine)
-        http = TestClient(gateway.app)
-        assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["student", "student@3"]
-        episode_id = http.post("/episodes", json={"task": "Write a number."}).json()["episode_id"]
-        client = openai.OpenAI(base_url=f"http://testserver/episodes/{episode_id}/v1", api_key="x", http_client=http)
-        resp = client.chat.completions.create(
-            model="student", messages=[{"role": "user", "content": "Write a number."}], max_tokens=4, logprobs=True
-        )
-        [turn] = gateway.store.turns.policy_turns(episode_id)
-        assert turn.model == "student@3" and turn.prompt_token_ids
-        assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]
+        assert_proxied_turn_recorded(gateway, step=3)
         gateway.store.close()
 
         evaluated = CliRunner().invoke(app, ["eval", "--run", "gpu", "--limit", "1", "--max-tokens", "8"])

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-import openai  # noqa: E402
 import uvicorn  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
 
 from episodes.store import EpisodeStore  # noqa: E402
+from tests.training.proxied import assert_proxied_turn_recorded  # noqa: E402
 from training.backends.base import BackendConfig, BackendError  # noqa: E402
 from training.backends.served import Served, publish, published  # noqa: E402
 from training.gateway.app import Gateway, build_gateway  # noqa: E402
@@ -50,17 +49,7 @@ def test_a_gpu_run_is_served_by_the_server_its_worker_published(tmp_path: Path, 
     publish(config.model_dir(), Served(base_url=upstream, model="student", api_key="unused"))
     assert published(config.model_dir()) == Served(upstream, "student", "unused")
     gateway = build_gateway(config, database_url)
-    assert isinstance(gateway.engine, ProxyEngine)
-    http = TestClient(gateway.app)
-    assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["student", "student@0"]
-    episode_id = http.post("/episodes", json={"task": "Write a number."}).json()["episode_id"]
-    client = openai.OpenAI(base_url=f"http://testserver/episodes/{episode_id}/v1", api_key="x", http_client=http)
-    resp = client.chat.completions.create(
-        model="student", messages=[{"role": "user", "content": "Write a number."}], max_tokens=5, logprobs=True
-    )
-    [turn] = gateway.store.turns.policy_turns(episode_id)
-    assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]
-    assert turn.prompt_token_ids and turn.model == "student@0"
+    assert_proxied_turn_recorded(gateway, step=0)
     gateway.store.close()
 
     # eval's engine is the same choice; --upstream overrides what the run published.
