@@ -61,9 +61,16 @@ def external_episode(
 
 
 def policy_episode(
-    store: EpisodeStore, task: str, reward: float, *, seed: float = 0.0, checkpoint_step: int = 3
+    store: EpisodeStore,
+    task: str,
+    reward: float,
+    *,
+    seed: float = 0.0,
+    checkpoint_step: int = 3,
+    model: str = "student",
 ) -> str:
-    """A two-turn episode through the policy endpoint: a tool call, its result, then an answer."""
+    """A two-turn episode through the policy endpoint: a tool call, its result, then an answer;
+    `model`: the recorded model, as the endpoint of a run names it (`student-RUN@{step}`)."""
     from episodes.codec import encode_choice
 
     ep = store.start_episode(task, source=EpisodeSource.policy, client="gateway")
@@ -84,7 +91,7 @@ def policy_episode(
     store.turns.add_policy_turn(
         ep.id,
         EncodedTurn.of(
-            model="student",
+            model=model,
             request=request1,
             choice=encode_choice(first),
             checkpoint_step=checkpoint_step,
@@ -104,7 +111,7 @@ def policy_episode(
     store.turns.add_policy_turn(
         ep.id,
         EncodedTurn.of(
-            model="student",
+            model=model,
             request=request2,
             choice=encode_choice(second),
             checkpoint_step=checkpoint_step,

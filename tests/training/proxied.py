@@ -10,9 +10,10 @@ from training.gateway.app import Gateway
 from training.gateway.engines import ProxyEngine
 
 
-def assert_proxied_turn_recorded(gateway: Gateway, step: int) -> None:
+def assert_proxied_turn_recorded(gateway: Gateway, step: int, recorded: str) -> None:
     """The gateway lists the alias and `student@{step}`; an episode's turn through it is recorded as
-    that checkpoint, with the upstream's prompt token ids and the sampled tokens' ids."""
+    that checkpoint of the run's model (`recorded`), with the upstream's prompt token ids and the
+    sampled tokens' ids."""
     assert isinstance(gateway.engine, ProxyEngine)
     http = TestClient(gateway.app)
     assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["student", f"student@{step}"]
@@ -23,5 +24,5 @@ def assert_proxied_turn_recorded(gateway: Gateway, step: int) -> None:
     )
     assert resp.choices[0].logprobs is not None and resp.choices[0].logprobs.content
     [turn] = gateway.store.turns.policy_turns(episode_id)
-    assert turn.model == f"student@{step}" and turn.prompt_token_ids
+    assert turn.model == f"{recorded}@{step}" and turn.prompt_token_ids
     assert turn.completion_token_ids == [int(t.token.split(":")[1]) for t in resp.choices[0].logprobs.content]

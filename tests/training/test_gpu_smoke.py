@@ -49,5 +49,6 @@ def test_the_smoke_script_runs_the_gpu_path_on_the_cpu_stand_in(tmp_path: Path) 
     endpoint = report["endpoint"]
     step = int(endpoint["recorded_turn_model"].split("@")[1])
     assert endpoint["models"] == ["student", f"student@{step}"] and step >= 2
+    assert endpoint["recorded_turn_model"] == f"student-{report['run']}@{step}"  # the run's own model
     assert endpoint["recorded_prompt_tokens"] > 0 and endpoint["completion_tokens"] > 0
     assert not any((tmp_path / "art").glob("*/models/*/.served.json.*"))  # published whole

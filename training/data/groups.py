@@ -111,37 +111,32 @@ def consumed_episode_ids(keys: set[str]) -> set[str]:
     return out
 
 
-def policy_trajectory(store: EpisodeStore, episode_id: str, reward: float) -> Trajectory | None:
-    """Rebuild a policy episode's conversation from its recorded turns (choices stay exact)."""
-    items, tools, steps = policy_conversation(store.turns.policy_turns(episode_id))
-    if not items:
-        return None
-    return Trajectory(
-        messages_and_choices=items,
-        reward=reward,
-        tools=tools,
-        policy_step=min(steps) if steps else None,
-        metadata={"episode_id": episode_id},
-    )
-
-
-def groups_from_log(store: EpisodeStore, *, run: str, group_size: int) -> list[Group]:
-    """Ready groups of policy episodes: ended, rewarded, not consumed by `run`, `group_size` per task."""
+def groups_from_log(store: EpisodeStore, *, run: str, group_size: int, model: str | None = None) -> list[Group]:
+    """Ready groups of policy episodes: ended, rewarded, not consumed by `run`, `group_size` per task.
+    `model`: the run's, as its policy endpoint records turns (`student-RUN@{step}`; `student` for the
+    default run); episodes another model sampled any turn of are left out, so a group never mixes runs,
+    or the base models they train."""
     consumed = consumed_episode_ids(store.runs.consumed_groups(run))
-    by_task: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    by_task: dict[str, list[tuple[str, Trajectory]]] = defaultdict(list)
     for episode in store.terminal_episodes(source=EpisodeSource.policy):
         if episode.id in consumed or episode.reward_total is None or episode.implicit:
             continue
-        by_task[episode.task.strip()].append((episode.id, max(-1.0, min(1.0, episode.reward_total))))
+        turns = store.turns.policy_turns(episode.id)
+        if model is not None and any(turn.model.rsplit("@", 1)[0] != model for turn in turns):
+            continue
+        items, tools, steps = policy_conversation(turns)  # the conversation rebuilt, its choices exact
+        if items:
+            reward = max(-1.0, min(1.0, episode.reward_total))
+            trajectory = Trajectory(items, reward, tools, min(steps) if steps else None, {"episode_id": episode.id})
+            by_task[episode.task.strip()].append((episode.id, trajectory))
     groups: list[Group] = []
     for task, members in by_task.items():
         for start in range(0, len(members) - group_size + 1, group_size):
             chunk = members[start : start + group_size]
-            trajectories = [t for eid, r in chunk if (t := policy_trajectory(store, eid, r)) is not None]
             groups.append(
                 Group(
                     key=log_group_key([eid for eid, _ in chunk]),
-                    trajectories=trajectories,
+                    trajectories=[trajectory for _, trajectory in chunk],
                     metadata={"task": task[:200], "source": "log"},
                 )
             )

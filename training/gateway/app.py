@@ -349,10 +349,15 @@ class Gateway:
     `token`: when set, `app` refuses (401, OpenAI error shape) every request without
     `Authorization: Bearer <token>`; `routes` is the unprotected Starlette app underneath."""
 
-    def __init__(self, engine: PolicyEngine, store: EpisodeStore, *, token: str | None = None) -> None:
+    def __init__(
+        self, engine: PolicyEngine, store: EpisodeStore, *, token: str | None = None, recorded_model: str | None = None
+    ) -> None:
+        """`recorded_model`: the name a recorded turn gives its model, `{recorded_model}@{step}`: the run's
+        (`BackendConfig.run_model_name`), so the run's worker trains on its own episodes only."""
         self.engine = engine
         self.store = store
         self.alias = engine.model_id
+        self.recorded_model = recorded_model or self.alias
         self.last_turns = LastTurns()
         self.routes = Starlette(
             routes=[
@@ -425,7 +430,7 @@ class Gateway:
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
         turn = EncodedTurn.of(
-            model=f"{self.alias}@{completion.checkpoint_step}",
+            model=f"{self.recorded_model}@{completion.checkpoint_step}",
             request=request,
             choice=encode_choice(completion.choices[0]),
             checkpoint_step=completion.checkpoint_step,
@@ -502,7 +507,8 @@ def build_gateway(
         except StoreError:  # not started yet
             return None
 
-    return Gateway(policy_engine(config, committed=committed, upstream=upstream), store, token=token)
+    engine = policy_engine(config, committed=committed, upstream=upstream)
+    return Gateway(engine, store, token=token, recorded_model=config.run_model_name)
 
 
 def serve(

@@ -187,7 +187,7 @@ class Worker:
         `report` and in the run's status."""
         assert self.store is not None and self.backend is not None
         cfg = self.config
-        groups = groups_from_log(self.store, run=cfg.run, group_size=cfg.group_size)
+        groups = groups_from_log(self.store, run=cfg.run, group_size=cfg.group_size, model=cfg.backend.run_model_name)
         pool = self._scenario_pool()
         if pool and cfg.groups_per_step > 0:
             attempt = next_attempt(self.store.runs.consumed_groups(cfg.run), cfg.run, step)

@@ -69,7 +69,7 @@ def test_the_local_adapter_trains_resumes_serves_and_evaluates_through_arts_prot
         served = published(model_dir)
         assert served is not None and served.model == "student-gpu" and served.base_url.startswith("http://127.0.0.1:")
         gateway = build_gateway(config.backend, database_url)
-        assert_proxied_turn_recorded(gateway, step=3)
+        assert_proxied_turn_recorded(gateway, step=3, recorded="student-gpu")
         gateway.store.close()
 
         evaluated = CliRunner().invoke(app, ["eval", "--run", "gpu", "--limit", "1", "--max-tokens", "8"])

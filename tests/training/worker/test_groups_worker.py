@@ -119,6 +119,20 @@ def test_log_groups_are_claimed_once(store: EpisodeStore) -> None:
     )
 
 
+def test_log_groups_never_mix_runs(store: EpisodeStore) -> None:
+    """Episodes another run's model sampled (another base model, say) never join this run's groups."""
+    for i, r in enumerate([1.0, -1.0]):
+        policy_episode(store, "fix it", r, seed=i / 10, model="student@4")
+        policy_episode(store, "fix it", r, seed=i / 10, model="student-qwen@2")
+    mine = groups_from_log(store, run="default", group_size=2, model="student")
+    theirs = groups_from_log(store, run="qwen", group_size=2, model="student-qwen")
+    assert [len(g.trajectories) for g in mine] == [2] and [len(g.trajectories) for g in theirs] == [2]
+    assert {t.metadata["episode_id"] for t in mine[0].trajectories}.isdisjoint(
+        {t.metadata["episode_id"] for t in theirs[0].trajectories}
+    )
+    assert len(groups_from_log(store, run="default", group_size=4)) == 1  # unfiltered, they would mix
+
+
 def test_worker_stops_when_batches_have_no_signal(tmp_path: Path) -> None:
     cfg = config(tmp_path, no_signal_patience=3)
     backend = ScriptedBackend(cfg.backend, ["12345"])  # every rollout earns 1.0: zero variance
