@@ -35,6 +35,9 @@ def missing_env(*names: str) -> list[str]:
 
 class ArtBackendAdapter:
     name = "art"
+    serves_model_at_step = False
+    """Whether ART's server for this backend names each checkpoint `{model}@{step}`, as LocalBackend's
+    vLLM does, so `rlide policy serve` and `rlide eval` can forward to it (`served.publish`)."""
 
     @staticmethod
     def missing(config: BackendConfig) -> list[str]:  # overridden
@@ -95,7 +98,7 @@ class ArtBackendAdapter:
         self._run(self._model.register(self._art_backend))
         self.step = int(self._run(self._model.get_step()))
         base_url = getattr(self._model, "inference_base_url", None)
-        if base_url:  # where `rlide policy serve` and `rlide eval` find this run's policy
+        if base_url and self.serves_model_at_step:  # where `policy serve` and `eval` find this run's policy
             api_key = getattr(self._model, "inference_api_key", None)
             publish(self.config.model_dir(), Served(str(base_url), self.config.run_model_name, api_key))
         return self.step

@@ -51,6 +51,7 @@ def _vllm_runtime() -> str | None:
 
 class LocalArtBackend(ArtBackendAdapter):
     name = "local"
+    serves_model_at_step = True
 
     @staticmethod
     def missing(config: BackendConfig) -> list[str]:
