@@ -10,6 +10,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from training.backends.base import BackendError
+
 SERVED_FILE = "served.json"
 
 
@@ -31,8 +33,14 @@ def publish(model_dir: Path, served: Served) -> None:
 
 
 def published(model_dir: Path) -> Served | None:
+    """What the run's worker published, None if nothing; a file that is not a record is a clear error."""
+    path = model_dir / SERVED_FILE
     try:
-        data = json.loads((model_dir / SERVED_FILE).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Served(base_url=str(data["base_url"]), model=str(data["model"]), api_key=data.get("api_key"))
     except FileNotFoundError:
         return None
-    return Served(base_url=str(data["base_url"]), model=str(data["model"]), api_key=data.get("api_key"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BackendError(
+            f"{path} is not a policy server record ({exc!r}): the run's worker rewrites it when it starts"
+        ) from exc

@@ -507,7 +507,11 @@ def build_gateway(
         except StoreError:  # not started yet
             return None
 
-    engine = policy_engine(config, committed=committed, upstream=upstream)
+    try:
+        engine = policy_engine(config, committed=committed, upstream=upstream)
+    except BaseException:
+        store.close()
+        raise
     return Gateway(engine, store, token=token, recorded_model=config.run_model_name)
 
 

@@ -48,6 +48,10 @@ def test_a_gpu_run_is_served_by_the_server_its_worker_published(tmp_path: Path, 
 
     publish(config.model_dir(), Served(base_url=upstream, model="student", api_key="unused"))
     assert published(config.model_dir()) == Served(upstream, "student", "unused")
+    (config.model_dir() / "served.json").write_text("{not json")
+    with pytest.raises(BackendError, match="is not a policy server record.*rewrites it when it starts"):
+        build_gateway(config, database_url)
+    publish(config.model_dir(), Served(base_url=upstream, model="student", api_key="unused"))
     gateway = build_gateway(config, database_url)
     assert_proxied_turn_recorded(gateway, step=0, recorded="student-gpu-1")
     gateway.store.close()
