@@ -438,7 +438,7 @@ class CpuBackend:
         self.model: Any = None
         self.tokenizer: Any = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.max_seq_len = config.max_seq_len or DEFAULT_MAX_SEQ_LEN
+        self.max_seq_len = 0  # `start` sets it from the run's limit or the model's context
 
     def start(self) -> int:
         random.seed(self.config.seed)

