@@ -45,7 +45,7 @@ class TrainingRuns:
     ) -> TrainingRun:
         """Create the run if it is new; an existing run keeps its step (that is how a worker resumes).
         `identity`: the values a run keeps for life (its base model, hyperparameters); an existing run
-        started with other ones is refused with each difference (`differences`)."""
+        started with other ones is refused with each difference (`check_identity`)."""
         now = time.time()
         identity = {"backend": backend, "base_model": base_model, **(identity or {})}
         with self.db.transaction(write=True) as cur:
@@ -57,11 +57,8 @@ class TrainingRuns:
                     (name, backend, base_model, json.dumps({**(config or {}), "identity": identity}, default=str),
                      now, now),
                 )  # fmt: skip
-        if row is None:
-            return self.get_run(name)
-        differences = self.differences(name, identity)
-        if differences:
-            raise StoreError(f"training run {name!r} was started with {'; '.join(differences)}")
+        if row is not None:
+            self.check_identity(name, identity)
         return self.get_run(name)
 
     def identity(self, name: str) -> dict[str, Any] | None:
@@ -76,15 +73,23 @@ class TrainingRuns:
         saved = json.loads(row[2] or "{}")
         return {"backend": row[0], "base_model": row[1], **(saved.get("identity") or saved.get("backend") or {})}
 
-    def differences(self, name: str, identity: dict[str, Any]) -> list[str]:
-        """How `identity` differs from what run `name` was started with, each as "key V (not W)"; empty
-        for a run that does not exist yet."""
+    def check_identity(self, name: str, identity: dict[str, Any]) -> None:
+        """Raise `StoreError` saying each way `identity` differs from what run `name` was started with
+        ("key V (not W)"); nothing for a run that does not exist yet."""
         started = self.identity(name) or {}
-        return [
+        differences = [
             f"{key} {started[key]!r} (not {value!r})"
             for key, value in identity.items()
             if key in started and started[key] != value
         ]
+        if differences:
+            raise StoreError(f"training run {name!r} was started with {'; '.join(differences)}")
+
+    def committed_step(self, name: str) -> int | None:
+        """The step run `name` has committed; None for a run not started yet."""
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute("SELECT step FROM training_runs WHERE name = ?", (name,)).fetchone()
+        return None if row is None else int(row[0])
 
     def get_run(self, name: str) -> TrainingRun:
         with self.db.transaction(write=False) as cur:

@@ -58,14 +58,11 @@ def _backend_config(settings: Settings, run: str) -> Any:
 
 
 def _committed_step(settings: Settings, run: str) -> int | None:
-    from episodes.db import StoreError
     from episodes.store import EpisodeStore
 
     store = EpisodeStore.open(settings.episode_db_url)
     try:
-        return store.runs.get_run(run).step
-    except StoreError:  # not started yet
-        return None
+        return store.runs.committed_step(run)
     finally:
         store.close()
 

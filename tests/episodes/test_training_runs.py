@@ -175,6 +175,7 @@ def test_run_cursor_advances_one_step_at_a_time(any_store: EpisodeStore) -> None
     with pytest.raises(StoreError):  # a group is consumed once per run
         store.runs.commit_training_step("r", step=2, outcomes={"g1": GroupOutcome.trained}, reward_mean=0, reward_std=0)
     assert store.runs.get_run("r").step == 1
+    assert (store.runs.committed_step("r"), store.runs.committed_step("never started")) == (1, None)
     assert store.runs.consumed_groups("r") == {"g1", "g2", "g3"}
     [record] = store.runs.training_steps("r")
     assert record.reward_mean == 0.5 and record.metrics == {"loss": 1.0}

@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from common.http_auth import check_bind, protect
 from episodes.codec import CHOICE_TAG, encode_choice
-from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, StoreError
+from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
 from episodes.policy_turns import EncodedTurn, RedactedRequest
 from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
 from episodes.run_records import TurnContext
@@ -150,13 +150,19 @@ def _is_function(value: Any, *, default_type: str | None) -> bool:
     )
 
 
+def served_names(alias: str, step: int) -> tuple[str, str]:
+    """The names the endpoint answers to: the stable alias, and the checkpoint served now as ART's
+    vLLM names it (`alias@step`)."""
+    return alias, f"{alias}@{step}"
+
+
 def parse_request(body: Any, alias: str, step: int) -> dict[str, Any]:
     """Validate an OpenAI chat request; return the fields the engine takes. The model is the stable
     alias, or the checkpoint served now by its vLLM name (`alias@step`, as ART's vLLM serves it)."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     model = body.get("model")
-    if model not in (alias, None, f"{alias}@{step}"):
+    if model is not None and model not in served_names(alias, step):
         raise BadRequest(
             f"model {model!r} does not exist: this endpoint serves {alias!r} ({alias}@{step})", 404, "model_not_found"
         )
@@ -377,9 +383,9 @@ class Gateway:
             step = await anyio.to_thread.run_sync(self.engine.refresh)
         except BadRequest as exc:  # an upstream that serves nothing usable (`ProxyEngine`)
             return _error(exc.status, str(exc), code=exc.code)
-        names = (self.alias, f"{self.alias}@{step}")
         listed = [
-            {"id": n, "object": "model", "created": 0, "owned_by": "rlide", "checkpoint_step": step} for n in names
+            {"id": name, "object": "model", "created": 0, "owned_by": "rlide", "checkpoint_step": step}
+            for name in served_names(self.alias, step)
         ]
         return JSONResponse({"object": "list", "data": listed})
 
@@ -388,7 +394,7 @@ class Gateway:
         try:
             body = await _json_body(request)
             step = self.engine.checkpoint_step
-            if isinstance(body, dict) and body.get("model") not in (None, self.alias, f"{self.alias}@{step}"):
+            if isinstance(body, dict) and body.get("model") not in (None, *served_names(self.alias, step)):
                 step = await anyio.to_thread.run_sync(self.engine.refresh)  # asked for a newer checkpoint?
             args = parse_request(body, self.alias, step)
             if episode_id is not None and args["n"] != 1:
@@ -501,14 +507,8 @@ def build_gateway(
     log committed for the run."""
     store = EpisodeStore.open(database_url)
 
-    def committed() -> int | None:
-        try:
-            return store.runs.get_run(config.run).step
-        except StoreError:  # not started yet
-            return None
-
     try:
-        engine = policy_engine(config, committed=committed, upstream=upstream)
+        engine = policy_engine(config, committed=lambda: store.runs.committed_step(config.run), upstream=upstream)
     except BaseException:
         store.close()
         raise

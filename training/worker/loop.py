@@ -129,9 +129,16 @@ class Worker:
         cfg = self.config
         store = EpisodeStore.open(cfg.database_url)
         identity = cfg.backend.identity()
+        fix = (
+            "resume it with the settings it was started with (`rlide train status` shows them),"
+            f" or train another run: --run {cfg.run}-2"
+        )
         # Refused before the model loads, and the run recorded only once its backend started: a
         # failed start pins nothing.
-        self._check_identity(store.runs.differences(cfg.run, identity))
+        try:
+            store.runs.check_identity(cfg.run, identity)
+        except StoreError as exc:
+            raise WorkerError(f"{exc}: {fix}") from exc
         backend = self._backend or make_backend(cfg.backend)
         ckpt_step = backend.start()
         try:
@@ -141,7 +148,7 @@ class Worker:
             )  # fmt: skip
         except StoreError as exc:  # started with other settings by a worker that won the race
             backend.close()
-            raise WorkerError(f"{exc}: {self._identity_fix()}") from exc
+            raise WorkerError(f"{exc}: {fix}") from exc
         if ckpt_step > run.step:
             log.warning("worker_rollback", run=cfg.run, checkpoint_step=ckpt_step, committed_step=run.step)
             backend.rollback(run.step)
@@ -152,18 +159,6 @@ class Worker:
                 " or start a new run name"
             )
         return store, backend, run.step
-
-    def _identity_fix(self) -> str:
-        return (
-            "resume it with the settings it was started with (`rlide train status` shows them),"
-            f" or train another run: --run {self.config.run}-2"
-        )
-
-    def _check_identity(self, differences: list[str]) -> None:
-        if differences:
-            raise WorkerError(
-                f"training run {self.config.run!r} was started with {'; '.join(differences)}: {self._identity_fix()}"
-            )
 
     def _scenario_pool(self) -> list[Scenario]:
         """This step's pool: the explicit list, or the built-in sets (read once) plus the log's
