@@ -167,7 +167,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # A step stores each long string of its arguments (the workspace files an agent sends with
     # every run_tests) once per content, in `blobs`; `steps.blob_refs` says where they go back
-    # (`episodes.step_blobs`). Steps without refs (all steps written before this) are whole.
+    # (`episodes.codec.split_blobs`). Steps without refs (all steps written before this) are whole.
     Migration(
         "0007_step_blobs",
         (
@@ -249,6 +249,41 @@ MIGRATIONS: tuple[Migration, ...] = (
                 created_at DOUBLE PRECISION NOT NULL,
                 PRIMARY KEY (run, chosen, rejected)
             )""",
+        ),
+    ),
+    # A person comparing two episodes of one situation (the dashboard's "compare", `rlide episodes
+    # prefer`): which was better, or both bad; DPO uses these before reward-margin pairs. And each
+    # `rlide eval` report, so the dashboard charts pass@1 over a run's checkpoints.
+    Migration(
+        "0013_preferences_evals",
+        (
+            """CREATE TABLE preferences (
+                id {id},
+                episode_a TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                episode_b TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                verdict TEXT NOT NULL CHECK (verdict IN ('a', 'b', 'both_bad')),
+                author TEXT NOT NULL,
+                comment TEXT,
+                created_at DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX preferences_a ON preferences (episode_a)",
+            "CREATE INDEX preferences_b ON preferences (episode_b)",
+            """CREATE TABLE evals (
+                id {id},
+                run TEXT NOT NULL,
+                step INTEGER,
+                tasks TEXT NOT NULL,
+                model TEXT NOT NULL,
+                n INTEGER NOT NULL,
+                passed INTEGER NOT NULL,
+                pass_at_1 DOUBLE PRECISION NOT NULL,
+                report TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL
+            )""",
+            "CREATE INDEX evals_run ON evals (run, id)",
+            "CREATE INDEX episodes_source_created ON episodes (source, created_at)",
+            # Other attempts at the same task (the dashboard's "compare with"): a lookup, not a scan.
+            "CREATE INDEX episodes_task ON episodes (task)",
         ),
     ),
 )

@@ -142,10 +142,13 @@ class CurationAction(StrEnum):
     relabel = "relabel"
     exclude = "exclude"
     include = "include"
+    rate = "rate"
+    prefer = "prefer"
 
 
 class CurationEvent(BaseModel):
-    """What a person did to an episode (`rlide episodes delete|relabel|exclude|include`), kept after a deletion."""
+    """What a person did to an episode (`rlide episodes delete|relabel|exclude|include|rate|prefer`,
+    or the dashboard), kept after a deletion."""
 
     id: int
     episode_id: str
@@ -162,3 +165,47 @@ class EpisodeDetail(BaseModel):
     solution: str | None = Field(
         None, description="The agent's work: the diff of the served workspace from its first state to its end state."
     )
+
+
+class Verdict(StrEnum):
+    """A person's choice between two episodes of one situation."""
+
+    a = "a"
+    b = "b"
+    both_bad = "both_bad"
+
+
+class Preference(BaseModel):
+    """A human preference: which of two comparable episodes was better (or neither), by whom, when."""
+
+    id: int
+    episode_a: str
+    episode_b: str
+    verdict: Verdict
+    author: str
+    comment: str | None = None
+    created_at: datetime
+
+    @property
+    def chosen_rejected(self) -> tuple[str, str] | None:
+        """(better, worse), or None when both were bad."""
+        if self.verdict is Verdict.a:
+            return self.episode_a, self.episode_b
+        if self.verdict is Verdict.b:
+            return self.episode_b, self.episode_a
+        return None
+
+
+class EvalRecord(BaseModel):
+    """One `rlide eval` report of a run's checkpoint, as the log keeps it."""
+
+    id: int
+    run: str
+    step: int | None
+    tasks: str = Field(description="The task set: humaneval-heldout, or a task file's name.")
+    model: str
+    n: int
+    passed: int
+    pass_at_1: float
+    report: dict[str, Any]
+    created_at: datetime

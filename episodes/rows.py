@@ -1,16 +1,24 @@
-"""What the episode log's stores share about rows: how text and JSON go into a column, and how an
+"""What the episode log's stores share about rows: how text and JSON go into a column, how an
 episode row comes back out (the episode store reads episodes, the training runs read the ones
-ready for SFT)."""
+ready for SFT), and which rows a listing selects.
+
+A listing's filters (`EpisodeQuery`) become one SQL WHERE clause, so a page of a log of 100,000
+episodes is read by the database (an index scan and LIMIT/OFFSET), never sorted in Python. The
+reward filter is `episodes.rewards.combine` written in SQL over the latest value of each component,
+with the store's weights, so it agrees with the `reward_total` shown."""
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 
-from episodes.db import Row
-from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource, from_epoch
+from episodes.db import Cursor, Row
+from episodes.records import CurationAction, Episode, EpisodeSource, EpisodeStatus, RewardSource, from_epoch
 from episodes.redaction import redact_text
 from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, RewardWeights, combine
 
@@ -56,7 +64,8 @@ def json_text(value: Any) -> str:
     return text.decode()
 
 
-def _latest(source: RewardSource) -> str:
+def latest_component(source: RewardSource) -> str:
+    """SQL for the latest value of one reward component of `episodes e` (a verified one for tests)."""
     verified = " AND r.verified = 1" if source is RewardSource.tests else ""
     return (
         f"(SELECT r.value FROM rewards r WHERE r.episode_id = e.id AND r.source = '{source.value}'{verified}"
@@ -68,7 +77,7 @@ EPISODE_COLUMNS = (
     "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
     " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), e.excluded, "
-    + ", ".join(_latest(source) for source in COMPONENTS)
+    + ", ".join(latest_component(source) for source in COMPONENTS)
 )
 """The SELECT list that `episode_from_row` reads, for a query over `episodes e`: the episode, its
 counts, whether it is excluded, and the latest value of each reward component (`episodes.rewards`)."""
@@ -97,3 +106,101 @@ def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Epis
         reward_total=combine(components, weights),
         excluded=bool(row[13]),
     )
+
+
+MAX_AUTHOR_CHARS = 200
+
+
+def check_author(author: str) -> str:
+    """Who did it, as the curation history keeps it: a name, stripped; ValueError when empty or long."""
+    name = " ".join(author.split())
+    if not name:
+        raise ValueError("say who is acting: an author name is required (the CLI defaults to your user name)")
+    if len(name) > MAX_AUTHOR_CHARS:
+        raise ValueError(f"an author name is at most {MAX_AUTHOR_CHARS} characters, got {len(name)}")
+    return name
+
+
+def record_curation(cur: Cursor, episode_id: str, action: CurationAction, detail: dict[str, Any]) -> None:
+    """One row of the curation history, in the caller's transaction (the change and its record land together)."""
+    cur.execute(
+        "INSERT INTO curation (episode_id, action, detail, created_at) VALUES (?, ?, ?, ?)",
+        (episode_id, action.value, json_text(detail), time.time()),
+    )
+
+
+MAX_SEARCH_CHARS = 500
+
+
+@dataclass(frozen=True)
+class EpisodeQuery:
+    status: EpisodeStatus | None = None
+    source: EpisodeSource | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    text: str | None = None
+    """Episodes whose task contains this text (case-insensitive)."""
+    since: datetime | None = None
+    until: datetime | None = None
+    excluded: bool | None = None
+    """True: only excluded episodes; False: only included ones; None: both."""
+    ids: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("min_reward", "max_reward"):
+            value = getattr(self, name)
+            if value is not None and not -1.0 <= value <= 1.0:
+                raise ValueError(f"{name} is a reward in [-1, 1], got {value}")
+        if self.min_reward is not None and self.max_reward is not None and self.min_reward > self.max_reward:
+            raise ValueError(f"min_reward {self.min_reward} is above max_reward {self.max_reward}")
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError("since is after until")
+        if self.text is not None and len(self.text) > MAX_SEARCH_CHARS:
+            raise ValueError(f"search text is at most {MAX_SEARCH_CHARS} characters")
+
+    def where(self, weights: RewardWeights) -> tuple[str, list[Any]]:
+        """(`WHERE ...` or "", its parameters) over `episodes e`."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.status is not None:
+            clauses.append("e.status = ?")
+            params.append(self.status.value)
+        if self.source is not None:
+            clauses.append("e.source = ?")
+            params.append(self.source.value)
+        if self.excluded is not None:
+            clauses.append("e.excluded = ?")
+            params.append(int(self.excluded))
+        if self.since is not None:
+            clauses.append("e.created_at >= ?")
+            params.append(self.since.timestamp())
+        if self.until is not None:
+            clauses.append("e.created_at < ?")
+            params.append(self.until.timestamp())
+        if self.text:
+            escaped = self.text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            clauses.append("LOWER(e.task) LIKE ? ESCAPE '\\'")
+            params.append(f"%{escaped}%")
+        if self.ids is not None:
+            clauses.append(f"e.id IN ({','.join('?' * len(self.ids))})" if self.ids else "1 = 0")
+            params.extend(self.ids)
+        if self.min_reward is not None or self.max_reward is not None:
+            total = reward_sql(weights)
+            clauses.append(f"{total} IS NOT NULL")
+            if self.min_reward is not None:
+                clauses.append(f"{total} >= ?")
+                params.append(self.min_reward - 1e-9)
+            if self.max_reward is not None:
+                clauses.append(f"{total} <= ?")
+                params.append(self.max_reward + 1e-9)
+        return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+
+def reward_sql(weights: RewardWeights) -> str:
+    """`combine` in SQL: sum(w * v) / sum(w) over the components an episode has; NULL without any."""
+    terms = [(weights.of(source), latest_component(source)) for source in COMPONENTS if weights.of(source) > 0]
+    if not terms:
+        return "NULL"
+    numerator = " + ".join(f"{w!r} * COALESCE({v}, 0)" for w, v in terms)
+    denominator = " + ".join(f"(CASE WHEN {v} IS NULL THEN 0 ELSE {w!r} END)" for w, v in terms)
+    return f"(({numerator}) / NULLIF({denominator}, 0))"

@@ -14,10 +14,11 @@ import time
 import uuid
 from typing import Any
 
-from episodes import step_blobs
+from episodes import codec
 from episodes.db import Cursor, Database, EpisodeClosed, EpisodeNotFound, StoreError, check_episode_id, connect
 from episodes.migrations import migrate
 from episodes.policy_turns import PolicyTurns
+from episodes.preferences import HumanPreferences
 from episodes.records import (
     CurationAction,
     CurationEvent,
@@ -32,11 +33,19 @@ from episodes.records import (
     Step,
     WorkspaceState,
     at_epoch,
-    from_epoch,
 )
 from episodes.redaction import redact, redact_text
 from episodes.rewards import DEFAULT_WEIGHTS, OUTCOME_REWARD, RewardWeights
-from episodes.rows import EPISODE_COLUMNS, MAX_TEXT_CHARS, clip_text, episode_from_row, json_text
+from episodes.rows import (
+    EPISODE_COLUMNS,
+    MAX_TEXT_CHARS,
+    EpisodeQuery,
+    check_author,
+    clip_text,
+    episode_from_row,
+    json_text,
+    record_curation,
+)
 from episodes.training_runs import TrainingRuns
 
 
@@ -93,7 +102,7 @@ def _arguments(episode_id: str, step_id: int, stored: Any, refs: Any, blobs: dic
     if refs is None:
         return stored  # type: ignore[no-any-return]
     try:
-        return step_blobs.join(stored, refs, blobs)  # type: ignore[no-any-return]
+        return codec.join_blobs(stored, refs, blobs)  # type: ignore[no-any-return]
     except (LookupError, TypeError) as exc:  # a missing blob, or refs that do not fit the arguments
         raise StoreError(
             f"step {step_id} of episode {episode_id} refers to a text the log does not hold ({exc}):"
@@ -112,6 +121,7 @@ class EpisodeStore:
         migrate(db)
         self.turns = PolicyTurns(db)
         self.runs = TrainingRuns(db, weights)
+        self.preferences = HumanPreferences(self)
 
     @classmethod
     def open(cls, url: str, weights: RewardWeights = DEFAULT_WEIGHTS) -> EpisodeStore:
@@ -186,24 +196,39 @@ class EpisodeStore:
 
     def list_episodes(
         self,
+        query: EpisodeQuery | None = None,
         *,
         status: EpisodeStatus | None = None,
         source: EpisodeSource | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> list[Episode]:
-        where, params = [], []
-        if status is not None:
-            where.append("e.status = ?")
-            params.append(status.value)
-        if source is not None:
-            where.append("e.source = ?")
-            params.append(source.value)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        """Newest first, filtered by `query` (or the `status`/`source` shorthands), one page in SQL."""
+        if limit < 0 or offset < 0:
+            raise ValueError("limit and offset are >= 0")
+        query = query or EpisodeQuery(status=status, source=source)
+        clause, params = query.where(self.weights)
         with self.db.transaction(write=False) as cur:
             rows = cur.execute(
                 f"SELECT {EPISODE_COLUMNS} FROM episodes e {clause} ORDER BY e.created_at DESC, e.id LIMIT ? OFFSET ?",
                 (*params, limit, offset),
+            ).fetchall()
+        return [episode_from_row(row, self.weights) for row in rows]
+
+    def count_episodes(self, query: EpisodeQuery | None = None) -> int:
+        clause, params = (query or EpisodeQuery()).where(self.weights)
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute(f"SELECT COUNT(*) FROM episodes e {clause}", params).fetchone()
+        return int(row[0])
+
+    def same_task(self, episode_id: str, *, limit: int = 50) -> list[Episode]:
+        """Other episodes whose task text is this one's (what a person compares it with), newest first."""
+        check_episode_id(episode_id)
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE e.task = (SELECT task FROM episodes WHERE id = ?)"
+                " AND e.id <> ? ORDER BY e.created_at DESC, e.id LIMIT ?",
+                (episode_id, episode_id, limit),
             ).fetchall()
         return [episode_from_row(row, self.weights) for row in rows]
 
@@ -241,7 +266,7 @@ class EpisodeStore:
         `wait=False` raises `StoreBusy` rather than wait for another writer (see `Database`)."""
         check_episode_id(episode_id)
         now = time.time()
-        parts = step_blobs.split(redact(arguments))
+        parts = codec.split_blobs(redact(arguments))
         refs = json_text(parts.refs) if parts.refs else None
         # JSON keeps a lone surrogate storable (escaped), as in every other text column.
         blobs = {digest: json_text(text) for digest, text in parts.blobs.items()}
@@ -273,9 +298,12 @@ class EpisodeStore:
         comment: str | None = None,
         *,
         verified: bool = False,
+        curation: dict[str, Any] | None = None,
     ) -> Reward:
         """Record a reward component; `verified` for a tests reward judged by the episode's own
-        verifier (only those count towards its reward: `episodes.rewards`)."""
+        verifier (only those count towards its reward: `episodes.rewards`). With `curation` (a
+        person's rating: who, why), the rating is also recorded in the curation history, in the same
+        transaction."""
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"a reward is in [-1, 1], got {value}")
         check_episode_id(episode_id)
@@ -289,18 +317,26 @@ class EpisodeStore:
             ).fetchone()
             if row is not None:
                 cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
+                if curation is not None:
+                    record_curation(cur, episode_id, CurationAction.rate, {"value": value, **curation})
         if row is None:
             raise EpisodeNotFound(episode_id)
-        created = from_epoch(now)
-        assert created is not None
         return Reward(
             id=int(row[0]),
             episode_id=episode_id,
             source=source,
             value=value,
             comment=clipped,
-            created_at=created,
+            created_at=at_epoch(now),
             verified=verified,
+        )
+
+    def rate_episode(self, episode_id: str, value: float, comment: str | None = None, *, author: str) -> Reward:
+        """A person's rating of an episode (-1..1): its `feedback` reward component, recorded in the
+        curation history with its author (the dashboard's "rate", `rlide episodes rate`)."""
+        who = check_author(author)
+        return self.add_reward(
+            episode_id, RewardSource.feedback, value, comment, curation={"author": who, "comment": clip_text(comment)}
         )
 
     # -- verifiers ------------------------------------------------------------------------------
@@ -505,7 +541,7 @@ class EpisodeStore:
             for digest in sorted(digests):
                 if not _blob_in_use(cur, digest):
                     cur.execute("DELETE FROM blobs WHERE sha256 = ?", (digest,))
-            self._record(cur, episode_id, CurationAction.delete, {"task": episode.task[:200], "reason": reason})
+            record_curation(cur, episode_id, CurationAction.delete, {"task": episode.task[:200], "reason": reason})
 
     def relabel_episode(self, episode_id: str, status: EpisodeStatus, note: str | None = None) -> Episode:
         """Say how an ended episode really ended: its status, and an outcome reward to match (the
@@ -524,7 +560,7 @@ class EpisodeStore:
                 (episode_id, OUTCOME_REWARD[status], comment, now),
             )
             detail = {"from": episode.status.value, "to": status.value, "note": clip_text(note)}
-            self._record(cur, episode_id, CurationAction.relabel, detail)
+            record_curation(cur, episode_id, CurationAction.relabel, detail)
         return self.get_episode(episode_id)
 
     def exclude_episode(self, episode_id: str, *, excluded: bool = True, reason: str | None = None) -> Episode:
@@ -536,7 +572,7 @@ class EpisodeStore:
                 "UPDATE episodes SET excluded = ?, updated_at = ? WHERE id = ?",
                 (int(excluded), time.time(), episode_id),
             )
-            self._record(cur, episode_id, action, {"reason": clip_text(reason)})
+            record_curation(cur, episode_id, action, {"reason": clip_text(reason)})
         return self.get_episode(episode_id)
 
     def curation_log(self, episode_id: str | None = None) -> list[CurationEvent]:
@@ -556,13 +592,6 @@ class EpisodeStore:
             )
             for r in rows
         ]
-
-    @staticmethod
-    def _record(cur: Cursor, episode_id: str, action: CurationAction, detail: dict[str, Any]) -> None:
-        cur.execute(
-            "INSERT INTO curation (episode_id, action, detail, created_at) VALUES (?, ?, ?, ?)",
-            (episode_id, action.value, json_text(detail), time.time()),
-        )
 
     def integrity_check(self) -> list[str]:
         """Problems found in the log (empty when healthy): SQLite's own check plus orphan rows."""

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from episodes.db import Database, Row, StoreError
-from episodes.records import Episode, at_epoch
+from episodes.records import Episode, EvalRecord, at_epoch
 from episodes.rewards import DEFAULT_WEIGHTS, RewardWeights
 from episodes.rows import EPISODE_COLUMNS, clip_text, episode_from_row
 from episodes.run_records import (
@@ -364,6 +364,47 @@ class TrainingRuns:
             )
             for r in reversed(rows)
         ]
+
+    # -- evaluations: `rlide eval` reports, charted over a run's checkpoints --------------------------
+
+    def record_eval(self, name: str, report: dict[str, Any]) -> EvalRecord:
+        """Keep one eval report (`EvalReport.to_dict()`) of run `name`."""
+        tasks = str(report["tasks"]) if report.get("tasks") != "humaneval" else f"humaneval-{report.get('split')}"
+        now = time.time()
+        values = (name, report.get("checkpoint_step"), tasks, str(report["model"]), int(report["n"]),
+                  int(report["passed"]), float(report["pass_at_1"]), json.dumps(report), now)  # fmt: skip
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute(
+                "INSERT INTO evals (run, step, tasks, model, n, passed, pass_at_1, report, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                values,
+            ).fetchone()
+        return self.evals(name, eval_id=int(row[0]))[0]
+
+    def evals(self, name: str | None = None, *, eval_id: int | None = None) -> list[EvalRecord]:
+        """Eval reports, oldest first: of run `name` (every run's when None), or the one `eval_id`."""
+        where: list[str] = []
+        params: list[Any] = []
+        if name is not None:
+            where.append("run = ?")
+            params.append(name)
+        if eval_id is not None:
+            where.append("id = ?")
+            params.append(eval_id)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                f"SELECT id, run, step, tasks, model, n, passed, pass_at_1, report, created_at FROM evals {clause}"
+                " ORDER BY id",
+                params,
+            ).fetchall()
+        return [
+            EvalRecord(
+                id=r[0], run=r[1], step=r[2], tasks=r[3], model=r[4], n=r[5], passed=r[6], pass_at_1=r[7],
+                report=json.loads(r[8]), created_at=at_epoch(r[9]),
+            )
+            for r in rows
+        ]  # fmt: skip
 
 
 _SFT_READY = (

@@ -172,6 +172,11 @@ class StatusChoice(StrEnum):
     timeout = "timeout"
 
 
+class SourceChoice(StrEnum):
+    external = "external"
+    policy = "policy"
+
+
 @app.command()
 def install(
     host: Annotated[str, typer.Argument(help="claude-desktop | cursor | claude-code | vscode | roopik")],
@@ -235,15 +240,35 @@ def install(
 @episodes_app.command("list")
 def episodes_list(
     status: Annotated[StatusChoice | None, typer.Option(help="Only episodes with this status.")] = None,
+    source: Annotated[SourceChoice | None, typer.Option(help="Only the IDE's (external) or the student's.")] = None,
+    min_reward: Annotated[float | None, typer.Option(min=-1.0, max=1.0, help="Reward at least this.")] = None,
+    max_reward: Annotated[float | None, typer.Option(min=-1.0, max=1.0, help="Reward at most this.")] = None,
+    search: Annotated[str | None, typer.Option(help="Only tasks containing this text.")] = None,
+    excluded: Annotated[
+        bool | None, typer.Option("--excluded/--included", help="Only excluded (or only included) episodes.")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, help="Newest first, at most this many.")] = 20,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many first (the next page).")] = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """List episodes, newest first."""
     from episodes.records import EpisodeSource, EpisodeStatus
+    from episodes.rows import EpisodeQuery
 
+    try:
+        query = EpisodeQuery(
+            status=EpisodeStatus(status.value) if status else None,
+            source=EpisodeSource(source.value) if source else None,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            text=search,
+            excluded=excluded,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
     store = open_store()
     try:
-        episodes = store.list_episodes(status=EpisodeStatus(status.value) if status else None, limit=limit)
+        episodes = store.list_episodes(query, limit=limit, offset=offset)
     finally:
         store.close()
     if as_json:
@@ -382,6 +407,7 @@ def episodes_path() -> None:
 
 def _register_subcommands() -> None:
     from mcp_server.cli import curation
+    from mcp_server.cli.dashboard import dashboard
     from mcp_server.cli.index import index, search
     from mcp_server.cli.models import models_app
     from mcp_server.cli.train import evaluate, policy_app, train_app
@@ -393,6 +419,7 @@ def _register_subcommands() -> None:
     app.add_typer(policy_app, name="policy")
     app.add_typer(models_app, name="models")
     app.command("eval")(evaluate)
+    app.command()(dashboard)
 
 
 _register_subcommands()

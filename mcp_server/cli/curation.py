@@ -1,8 +1,9 @@
-"""`rlide episodes delete|relabel|exclude|include|history`: a person curating the episode log.
+"""`rlide episodes delete|relabel|exclude|include|rate|prefer|preferences|history`: a person
+curating the episode log, as the dashboard does.
 
-Each action goes through `EpisodeStore` (the same methods serve the Python API) and is recorded in
-the log's `curation` table, a deletion included; an excluded episode stays in the log but is never
-exported, replayed or trained on."""
+Each action goes through `EpisodeStore` (the same methods serve the Python API and the dashboard)
+and is recorded in the log's `curation` table, a deletion included; an excluded episode stays in
+the log but is never exported, replayed or trained on."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import typer
 from mcp_server.cli.common import JsonFlag, echo_json, fail, open_store
 
 Reason = Annotated[str | None, typer.Option(help="Why, kept in the log's curation history.")]
+Author = Annotated[str | None, typer.Option(help="Who judges (default: your user name).")]
 
 
 class Outcome(StrEnum):
@@ -75,6 +77,64 @@ def include(episode_id: str, reason: Reason = None) -> None:
     typer.echo(f"included {episode_id}", err=True)
 
 
+def _author(author: str | None) -> str:
+    import getpass
+
+    return author if author is not None else getpass.getuser()
+
+
+def rate(
+    episode_id: str,
+    value: Annotated[float, typer.Argument(min=-1.0, max=1.0, help="From -1 (bad) to 1 (good).")],
+    comment: Annotated[str | None, typer.Option(help="What was good or bad.")] = None,
+    author: Author = None,
+) -> None:
+    """Rate an episode: its feedback reward component, kept with its author."""
+    _with_store(lambda store: store.rate_episode(episode_id, value, comment, author=_author(author)))
+    episode = _with_store(lambda store: store.get_episode(episode_id))
+    reward = "-" if episode.reward_total is None else f"{episode.reward_total:+.2f}"
+    typer.echo(f"rated {episode_id} {value:+.2f}; its reward is now {reward}", err=True)
+
+
+class VerdictChoice(StrEnum):
+    a = "a"
+    b = "b"
+    both_bad = "both-bad"
+
+
+def prefer(
+    episode_a: str,
+    episode_b: str,
+    better: Annotated[
+        VerdictChoice,
+        typer.Option(help="a: the first was better; b: the second; both-bad: neither is good."),
+    ],
+    comment: Annotated[str | None, typer.Option(help="Why.")] = None,
+    author: Author = None,
+) -> None:
+    """Say which of two episodes of one task was better: DPO trains on human preferences first."""
+    from episodes.records import Verdict
+
+    verdict = Verdict(better.value.replace("-", "_"))
+    _with_store(
+        lambda store: store.preferences.prefer(episode_a, episode_b, verdict, author=_author(author), comment=comment)
+    )
+    typer.echo(f"recorded: {better.value} ({episode_a} vs {episode_b})", err=True)
+
+
+def preferences(
+    episode_id: Annotated[str | None, typer.Argument(help="Only those involving this episode.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The human preferences in the log, oldest first."""
+    found = _with_store(lambda store: store.preferences.list(episode_id))
+    if as_json:
+        echo_json([p.model_dump(mode="json") for p in found])
+        return
+    for p in found:
+        typer.echo(f"{p.created_at:%Y-%m-%d %H:%M}  {p.episode_a} vs {p.episode_b}  {p.verdict.value:<8} by {p.author}")
+
+
 def history(
     episode_id: Annotated[str | None, typer.Argument(help="Only this episode (a deleted one too).")] = None,
     as_json: JsonFlag = False,
@@ -90,5 +150,5 @@ def history(
 
 
 def register(episodes_app: typer.Typer) -> None:
-    for command in (delete, relabel, exclude, include, history):
+    for command in (delete, relabel, exclude, include, rate, prefer, preferences, history):
         episodes_app.command()(command)

@@ -386,4 +386,9 @@ def evaluate(
             figures[f"eval/{name}/pass@{report.samples}"] = report.pass_at(report.samples)
         charts.write(report.checkpoint_step, figures)
         charts.close()
+    store = open_store()  # the dashboard charts each run's evals over its checkpoints
+    try:
+        store.runs.record_eval(run, report.to_dict())
+    finally:
+        store.close()
     typer.echo(json.dumps(report.to_dict(), indent=2))

@@ -1,4 +1,4 @@
-"""`step_blobs.split` and `join` are inverses through the JSON the log stores."""
+"""`codec.split_blobs` and `join_blobs` are inverses through the JSON the log stores."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 import hypothesis
 from hypothesis import strategies as st
 
-from episodes.step_blobs import BLOB_MIN_CHARS, join, split
+from episodes.codec import BLOB_MIN_CHARS
+from episodes.codec import join_blobs as join
+from episodes.codec import split_blobs as split
 
 _long_texts = st.builds(lambda piece, n: piece * n, st.text(min_size=1, max_size=4), st.integers(BLOB_MIN_CHARS, 1300))
 _values = st.recursive(

@@ -277,6 +277,15 @@ def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     charts.Reload()  # beside the run's training curves, at the checkpoint evaluated
     [point] = charts.Scalars("eval/humaneval-heldout/pass@1")
     assert (point.step, point.value) == (report["checkpoint_step"], report["pass_at_1"])
+    store = EpisodeStore.open(load_settings().episode_db_url)  # and in the log, for the dashboard's chart
+    [kept] = store.runs.evals("default")
+    store.close()
+    assert (kept.tasks, kept.step, kept.pass_at_1, kept.report) == (
+        "humaneval-heldout",
+        report["checkpoint_step"],
+        report["pass_at_1"],
+        report,
+    )
     bad = runner.invoke(app, ["eval", "--tasks", "mbpp"])
     assert bad.exit_code == 1 and "no task file at mbpp" in bad.stderr and "--tasks takes humaneval" in bad.stderr
 

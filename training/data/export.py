@@ -8,7 +8,8 @@
     dpo  {"prompt": [...], "chosen": [...], "rejected": [...], "tools"}  TRL DPOTrainer's conversational
                                                             layout, pairs of comparable episodes (one
                                                             start state and verifier, else one task)
-                                                            whose rewards differ by MIN_MARGIN or more
+                                                            whose rewards differ by MIN_MARGIN or more,
+                                                            after the pairs people chose (`preference`)
     art  {"trajectories": [{"messages_and_choices", "tools", "reward", "metadata"}], "metadata"}
                                                             one line per situation (as dpo pairs them);
                                                             policy turns keep their
@@ -23,14 +24,14 @@ dpo requires it of the chosen side; art keeps task groups whose best episode rea
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from episodes.codec import CHOICE_TAG, as_message
-from episodes.records import Episode, EpisodeSource, StateKind
+from episodes.preferences import situation_key
+from episodes.records import Episode, EpisodeSource
 from episodes.store import EpisodeStore
 from training.data.conversations import external_conversation, policy_conversation
 from training.data.groups import Group, Trajectory, to_art
@@ -128,25 +129,12 @@ def _conversations(store: EpisodeStore) -> list[_Conversation]:
     return [c for c in (_conversation(store, e) for e in store.terminal_episodes()) if c is not None]
 
 
-def _situation(store: EpisodeStore, episode: Episode) -> str:
-    """What makes two episodes comparable (a DPO pair, an ART group): the same start state (commit
-    and uncommitted files, as captured at `start_episode`) judged by the same verifier command, as
-    replays and self-play share; without both, the same task text (whitespace aside), as two
-    attempts at one request in real use."""
-    verifier = store.verifier(episode.id)
-    start = next((s for s in store.workspace_states(episode.id) if s.kind is StateKind.start), None)
-    if start is not None and verifier is not None:
-        key = json.dumps([start.commit, start.diff, verifier.command])
-        return "state:" + hashlib.sha256(key.encode()).hexdigest()
-    return "task:" + " ".join(episode.task.split())
-
-
 def _by_situation(store: EpisodeStore, convs: list[_Conversation]) -> dict[str, list[_Conversation]]:
     """Rewarded conversations grouped by `_situation`; only the pairing exporters pay its queries."""
     groups: dict[str, list[_Conversation]] = defaultdict(list)
     for conv in convs:
         if conv.reward is not None:
-            groups[_situation(store, conv.episode)].append(conv)
+            groups[situation_key(store, conv.episode)].append(conv)
     return groups
 
 
@@ -190,15 +178,40 @@ class PreferencePair:
     """Its `dpo` record."""
 
 
+def _pair_record(chosen: _Conversation, rejected: _Conversation, **extra: Any) -> dict[str, Any]:
+    tools = {t["function"]["name"]: t for t in [*chosen.tools, *rejected.tools]}
+    return {
+        "prompt": chosen.prompt,
+        "chosen": chosen.completion,
+        "rejected": rejected.completion,
+        "score_chosen": chosen.reward,
+        "score_rejected": rejected.reward,
+        **extra,
+        **({"tools": list(tools.values())} if tools else {}),
+    }
+
+
 def dpo_pairs(
     store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
 ) -> list[PreferencePair]:
-    """Pairs of comparable episodes (`_situation`: one start state and verifier, else one task)
-    whose rewards differ by `min_margin` or more, the better first; at most MAX_PAIRS_PER_TASK per
-    situation. What `dpo` exports and the worker's DPO steps use."""
+    """Human preferences first (`episodes.preferences`: the latest verdict of each compared pair, with
+    its author; no reward filter, the person decided), then pairs of comparable episodes
+    (`situation_key`: one start state and verifier, else one task) whose rewards differ by
+    `min_margin` or more, the better first, at most MAX_PAIRS_PER_TASK per situation, leaving out
+    any pair a person judged (their verdict, "both bad" included, stands over the rewards). What
+    `dpo` exports and the worker's DPO steps use."""
+    convs = _conversations(store)
+    by_id = {c.episode.id: c for c in convs}
+    judged = store.preferences.standing()
     pairs = []
-    for convs in _by_situation(store, _conversations(store)).values():
-        ranked = sorted(convs, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
+    for preference in judged.values():
+        order = preference.chosen_rejected
+        if order is None or order[0] not in by_id or order[1] not in by_id:
+            continue
+        human = {"source": "human", "author": preference.author, "preference_id": preference.id}
+        pairs.append(PreferencePair(*order, _pair_record(by_id[order[0]], by_id[order[1]], preference=human)))
+    for group in _by_situation(store, convs).values():
+        ranked = sorted(group, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
         per_task = 0
         for i, chosen in enumerate(ranked):
             assert chosen.reward is not None
@@ -208,16 +221,9 @@ def dpo_pairs(
                 assert rejected.reward is not None
                 if chosen.reward - rejected.reward < min_margin or per_task >= MAX_PAIRS_PER_TASK:
                     continue
-                tools = {t["function"]["name"]: t for t in [*chosen.tools, *rejected.tools]}
-                record = {
-                    "prompt": chosen.prompt,
-                    "chosen": chosen.completion,
-                    "rejected": rejected.completion,
-                    "score_chosen": chosen.reward,
-                    "score_rejected": rejected.reward,
-                    **({"tools": list(tools.values())} if tools else {}),
-                }
-                pairs.append(PreferencePair(chosen.episode.id, rejected.episode.id, record))
+                if frozenset((chosen.episode.id, rejected.episode.id)) in judged:
+                    continue
+                pairs.append(PreferencePair(chosen.episode.id, rejected.episode.id, _pair_record(chosen, rejected)))
                 per_task += 1
     return pairs
 
