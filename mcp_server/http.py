@@ -1,6 +1,8 @@
 """Streamable HTTP transport: loopback by default, a bearer token required anywhere else.
 
-The token rule and its middleware live in `common.http_auth`, shared with the policy endpoint.
+The MCP endpoint is `/mcp`; the dashboard (`mcp_server.dashboard`) is served beside it at `/`.
+The token rule lives in `common.http_auth`, shared with the policy endpoint; the dashboard's cookie
+and cross-site rules in `mcp_server.dashboard.guard`.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from typing import Any
 import structlog
 import uvicorn
 
-from common.http_auth import BearerAuth, check_bind, protect
+from common.http_auth import BearerAuth, check_bind
 from common.http_auth import InsecureBind as HttpConfigError
+from mcp_server.dashboard.app import guarded_app
 from mcp_server.server import RlideServer
 from mcp_server.settings import Settings
 
@@ -23,19 +26,25 @@ TOKEN_ENV = "RLIDE_HTTP_TOKEN"
 def build_http_app(server: RlideServer, settings: Settings) -> Any:
     token = settings.http_token.get_secret_value() if settings.http_token else None
     check_bind(settings.http_host, token, token_env=TOKEN_ENV)
-    app = server.streamable_http_app(host=settings.http_host)
-    return protect(app, token, token_env=TOKEN_ENV)
+    mcp_app = server.streamable_http_app(host=settings.http_host)
+    return guarded_app(settings, list(mcp_app.routes), mcp_app.router.lifespan_context)
 
 
 def serve_http(server: RlideServer, settings: Settings) -> None:
-    app = build_http_app(server, settings)
+    run_app(build_http_app(server, settings), settings, what="mcp")
+
+
+def run_app(app: Any, settings: Settings, *, what: str) -> None:
+    """Serve `app` with uvicorn on the settings' host and port, logging where (stderr only)."""
+    base = f"http://{settings.http_host}:{settings.http_port}"
     log.info(
         "http_listening",
-        url=f"http://{settings.http_host}:{settings.http_port}/mcp",
+        url=f"{base}/mcp" if what == "mcp" else base,
+        dashboard=f"{base}/",
         auth="bearer" if settings.http_token else "none (loopback)",
     )
     # log_config=None: uvicorn must not install its own handlers (its access log writes to stdout).
     uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False, lifespan="on")
 
 
-__all__ = ["BearerAuth", "HttpConfigError", "build_http_app", "serve_http"]
+__all__ = ["BearerAuth", "HttpConfigError", "build_http_app", "run_app", "serve_http"]

@@ -10,7 +10,8 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 say() { printf '[setup] %s\n' "$*" >&2; }
 
 # --- system packages ------------------------------------------------------------------------
-APT_PACKAGES=(bubblewrap postgresql patch)
+# chromium + chromium-driver: the dashboard tests drive a real headless browser.
+APT_PACKAGES=(bubblewrap postgresql patch chromium chromium-driver)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -26,7 +27,7 @@ if ((${#missing[@]})); then
   else
     say "WARNING: missing system packages (${missing[*]}) and not root: install them with"
     say "  sudo apt-get install ${missing[*]}"
-    say "Without bubblewrap there is no sandbox; without postgresql its tests are skipped."
+    say "Without bubblewrap there is no sandbox; without postgresql or chromium their tests are skipped."
   fi
 fi
 

@@ -1,0 +1,103 @@
+"""The local dashboard: a static page shipped in the package (no CDN, no build step) and its JSON API,
+served by `rlide dashboard` alone or beside the MCP endpoint by `rlide serve --http`.
+
+The page (`static/`) draws everything itself, charts included, and polls the API while it is
+visible, so a run's new steps and a new episode appear without a reload.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from episodes.store import EpisodeStore
+from mcp_server.dashboard.api import DashboardApi
+from mcp_server.dashboard.guard import HttpGuard
+from mcp_server.settings import Settings
+
+STATIC = Path(__file__).parent / "static"
+TOKEN_ENV = "RLIDE_HTTP_TOKEN"
+
+_LOGIN = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>rlide: sign in</title>
+<link rel="stylesheet" href="/static/app.css"></head><body class="login"><main>
+<h1>rlide</h1><p>This dashboard needs the server's token (<code>$RLIDE_HTTP_TOKEN</code>).</p>
+<form method="post" action="/login"><input type="hidden" name="next" value="{next}">
+<label>Token <input type="password" name="token" autocomplete="current-password" autofocus></label>
+<button type="submit">Sign in</button></form>{error}</main></body></html>"""
+
+
+class Dashboard:
+    """The dashboard's routes over one episode log (its own connection, closed by `close`)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = EpisodeStore.open(settings.episode_db_url, settings.weights)
+        self.api = DashboardApi(self.store, settings.home / "memory", str(settings.public_dict()["database_url"]))
+
+    def routes(self, guard: Callable[[], HttpGuard]) -> list[BaseRoute]:
+        async def index(request: Request) -> Response:
+            return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
+
+        async def login(request: Request) -> Response:
+            if request.method == "GET":
+                return _login_page(request.query_params.get("next", "/"))
+            form = await request.form()
+            token, target = str(form.get("token", "")), str(form.get("next", "/"))
+            current = guard()
+            if current.token is None:
+                return current.login_response("/")  # no token configured: nothing to sign in to
+            if not current.token_matches(token):
+                return _login_page(target, "That token is not this server's.", status=401)
+            return current.login_response(target)
+
+        return [
+            Route("/", index),
+            Route("/login", login, methods=["GET", "POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            *self.api.routes(),
+        ]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _login_page(target: str, error: str | None = None, *, status: int = 200) -> HTMLResponse:
+    message = f'<p class="error">{html.escape(error)}</p>' if error else ""
+    return HTMLResponse(_LOGIN.format(next=html.escape(target, quote=True), error=message), status)
+
+
+def guarded_app(
+    settings: Settings,
+    extra_routes: list[BaseRoute] | None = None,
+    inner_lifespan: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None,
+) -> HttpGuard:
+    """The dashboard (and `extra_routes`: the MCP endpoint) behind `HttpGuard`; `inner_lifespan` runs
+    inside the dashboard's own (the MCP session manager's)."""
+    token = settings.http_token.get_secret_value() if settings.http_token else None
+    dashboard = Dashboard(settings)
+    holder: list[HttpGuard] = []
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            if inner_lifespan is None:
+                yield
+            else:
+                async with inner_lifespan(app):
+                    yield
+        finally:
+            dashboard.close()
+
+    app = Starlette(routes=[*dashboard.routes(lambda: holder[0]), *(extra_routes or [])], lifespan=lifespan)
+    guard = HttpGuard(app, token=token, token_env=TOKEN_ENV, bind_host=settings.http_host)
+    holder.append(guard)
+    return guard

@@ -1,0 +1,122 @@
+"""Who may use the dashboard, and how a page on another site is kept from acting through it.
+
+One ASGI middleware in front of everything `rlide serve --http` and `rlide dashboard` answer:
+
+- `/mcp` keeps the MCP endpoint's rule (`common.http_auth`): with a token, `Authorization: Bearer`.
+- The dashboard accepts the same bearer header or a cookie holding the token. A browser gets the
+  cookie once, from `/login` (a form) or from `/?token=...` (the link `rlide dashboard --open`
+  opens, as Jupyter does); the cookie is HttpOnly and SameSite=Strict, so no other site's request
+  carries it. Without a token (loopback only: `check_bind` refuses anything else) there is no login.
+- Every request that changes something must come from the page itself: a POST/DELETE needs the
+  `X-Rlide-Request` header (a cross-origin page cannot set it without a CORS preflight, which this
+  server never grants), an `Origin`, when sent, equal to the server's own, and no
+  `Sec-Fetch-Site: cross-site`. A form post from another origin fails on all three.
+- On a loopback bind the `Host` header must name loopback, so a DNS-rebinding page (evil.example
+  resolved to 127.0.0.1) cannot read the API either.
+"""
+
+from __future__ import annotations
+
+import hmac
+from urllib.parse import urlencode
+
+from starlette.datastructures import URL
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from common.http_auth import LOOPBACK_HOSTS, unauthorized_body
+
+COOKIE = "rlide_token"
+ACTION_HEADER = "x-rlide-request"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PUBLIC_PATHS = frozenset({"/login", "/static/app.css"})
+"""Reachable without the token: the login form and what it is drawn with."""
+
+
+def is_mcp(path: str) -> bool:
+    return path == "/mcp" or path.startswith("/mcp/")
+
+
+def _host_name(host_header: str) -> str:
+    if host_header.startswith("["):
+        return host_header[1 : host_header.find("]")] if "]" in host_header else host_header
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+class HttpGuard:
+    """The dashboard's and the MCP endpoint's access rules (module docstring), as ASGI middleware."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, token_env: str, bind_host: str) -> None:
+        self.app = app
+        self.token = token or None
+        self.token_env = token_env
+        self.loopback_only = bind_host in LOOPBACK_HOSTS
+
+    def token_matches(self, supplied: str | None) -> bool:
+        return self.token is not None and supplied is not None and hmac.compare_digest(supplied, self.token)
+
+    def _bearer(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        return header.startswith("Bearer ") and self.token_matches(header[len("Bearer ") :])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = self._refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, request: Request) -> Response | None:
+        path = request.url.path
+        if is_mcp(path):
+            if self.token is None or self._bearer(request):
+                return None
+            return Response(
+                unauthorized_body(self.token_env),
+                401,
+                media_type="application/json",
+                headers={"www-authenticate": 'Bearer realm="rlide"'},
+            )
+        if self.loopback_only and _host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
+            return JSONResponse({"error": "this dashboard answers only to a loopback Host (127.0.0.1, localhost)"}, 403)
+        if request.method not in SAFE_METHODS:
+            cross = self._cross_site(request, path)
+            if cross is not None:
+                return JSONResponse({"error": cross}, 403)
+        if self.token is None or path in PUBLIC_PATHS or self._bearer(request):
+            return None
+        if self.token_matches(request.cookies.get(COOKIE)):
+            return None
+        if request.method == "GET" and not path.startswith("/api/"):
+            if self.token_matches(request.query_params.get("token")):
+                return self.login_response(request.url.remove_query_params("token"))
+            return RedirectResponse("/login?" + urlencode({"next": path}), 303)
+        return JSONResponse(
+            {"error": f"sign in: send Authorization: Bearer ${self.token_env}, or open /login with that token"}, 401
+        )
+
+    @staticmethod
+    def _cross_site(request: Request, path: str) -> str | None:
+        """Why this state-changing request may come from another site (None: it is the page's own)."""
+        origin = request.headers.get("origin")
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin is not None and origin != own:
+            return f"cross-origin request refused (Origin {origin} is not {own})"
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            return "cross-site request refused"
+        if path != "/login" and request.headers.get(ACTION_HEADER) != "1":
+            return f"actions need the {ACTION_HEADER.title()}: 1 header (the dashboard page sends it)"
+        return None
+
+    def login_response(self, to: URL | str) -> Response:
+        """Redirect to `to` with the token kept in an HttpOnly, SameSite=Strict cookie."""
+        target = to.path + (f"?{to.query}" if to.query else "") if isinstance(to, URL) else to
+        response = RedirectResponse(target if target.startswith("/") and not target.startswith("//") else "/", 303)
+        assert self.token is not None
+        response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+        return response

@@ -1,0 +1,54 @@
+"""The code indexes on this machine, read without loading a model or a store: what the dashboard's
+index view shows (files, chunks, vectors embedded and pending, size, last change) for every
+workspace indexed under a data directory, including while another process is indexing it."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    name: str
+    """The workspace's folder name and a hash of its path, as the index file is named."""
+    path: str
+    files: int
+    chunks: int
+    vectors: int
+    pending: int
+    """Chunks still waiting for their embedding."""
+    bytes: int
+    modified: float
+    error: str | None = None
+
+
+def indexed_workspaces(data_dir: Path) -> list[IndexSummary]:
+    """Every embedded index under `data_dir/index`, newest change first; one that cannot be read
+    says why instead of hiding the others."""
+    out = []
+    for path in sorted((data_dir / "index").glob("*.sqlite")):
+        stat = path.stat()
+        size = stat.st_size + sum(p.stat().st_size for p in path.parent.glob(path.name + "-*") if p.is_file())
+        try:
+            files, chunks, pending = _counts(path)
+            error = None
+        except sqlite3.Error as exc:
+            files = chunks = pending = 0
+            error = f"cannot read {path.name}: {exc}"
+        out.append(
+            IndexSummary(path.stem, str(path), files, chunks, chunks - pending, pending, size, stat.st_mtime, error)
+        )
+    return sorted(out, key=lambda s: -s.modified)
+
+
+def _counts(path: Path) -> tuple[int, int, int]:
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=2.0)
+    try:
+        files = db.execute("SELECT count(*) FROM files").fetchone()[0]
+        chunks = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        pending = db.execute("SELECT count(*) FROM chunks WHERE has_vec = 0").fetchone()[0]
+        return int(files), int(chunks), int(pending)
+    finally:
+        db.close()
