@@ -12,7 +12,16 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import JsonFlag, SftViewChoice, cli_settings, echo_json, fail, open_store, visible
+from mcp_server.cli.common import (
+    JsonFlag,
+    SftViewChoice,
+    cli_settings,
+    echo_json,
+    fail,
+    http_settings,
+    open_store,
+    visible,
+)
 from mcp_server.settings import Settings
 
 app = typer.Typer(
@@ -34,15 +43,7 @@ def serve(
     banner: Annotated[bool, typer.Option("--banner", help="Print how to register this server (stderr).")] = False,
 ) -> None:
     """Run the MCP server (stdio by default: this is what IDE hosts launch)."""
-    overrides: dict[str, Any] = {}
-    if host is not None:
-        overrides["http_host"] = host
-    if port is not None:
-        overrides["http_port"] = port
-    settings = cli_settings().model_copy(update=overrides)
-    from mcp_server.logs import configure_logging
-
-    configure_logging(settings)
+    settings = http_settings(host, port)
     from episodes.db import StoreError
     from episodes.store import EpisodeStore
     from mcp_server.server import build_server

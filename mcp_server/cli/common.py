@@ -31,6 +31,20 @@ def cli_settings() -> Settings:
         raise typer.BadParameter(f"invalid rlide settings (RLIDE_* variables or rlide.toml):\n{exc}") from exc
 
 
+def http_settings(host: str | None, port: int | None) -> Settings:
+    """The settings with `--host`/`--port` applied, logging configured (`serve --http`, `dashboard`)."""
+    overrides: dict[str, Any] = {}
+    if host is not None:
+        overrides["http_host"] = host
+    if port is not None:
+        overrides["http_port"] = port
+    settings = cli_settings().model_copy(update=overrides)
+    from mcp_server.logs import configure_logging
+
+    configure_logging(settings)
+    return settings
+
+
 def echo_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 

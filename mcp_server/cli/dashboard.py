@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mcp_server.cli.common import cli_settings, fail
+from mcp_server.cli.common import fail, http_settings
 
 
 def dashboard(
@@ -15,15 +15,7 @@ def dashboard(
     open_browser: Annotated[bool, typer.Option("--open", help="Open it in the browser once it listens.")] = False,
 ) -> None:
     """Serve the dashboard alone (`rlide serve --http` serves it too, at /, beside the MCP endpoint)."""
-    overrides: dict[str, object] = {}
-    if host is not None:
-        overrides["http_host"] = host
-    if port is not None:
-        overrides["http_port"] = port
-    settings = cli_settings().model_copy(update=overrides)
-    from mcp_server.logs import configure_logging
-
-    configure_logging(settings)
+    settings = http_settings(host, port)
     from common.http_auth import InsecureBind, check_bind
     from episodes.db import StoreError
     from mcp_server.dashboard.app import TOKEN_ENV, guarded_app

@@ -61,6 +61,8 @@ function reward(value) {
   return h("span", { class: value > 0 ? "pos" : value < 0 ? "neg" : "zero" }, (value > 0 ? "+" : "") + value.toFixed(2));
 }
 
+// "tests +1.00 · outcome -1.00": where an episode's reward came from (tests only when verified).
+const components = (e) => Object.entries(e.reward_components).map(([k, v]) => `${k} ${v > 0 ? "+" : ""}${v.toFixed(2)}`).join(" · ");
 const badge = (text, cls) => h("span", { class: "badge " + (cls || text) }, text);
 const when = (iso) => iso ? new Date(iso).toLocaleString() : "";
 const short = (text, n) => text.length > n ? text.slice(0, n - 1) + "…" : text;
@@ -133,7 +135,7 @@ async function episodesView() {
       h("td", {}, when(e.created_at)),
       h("td", {}, badge(e.status), e.excluded ? [" ", badge("excluded")] : null),
       h("td", {}, e.source),
-      h("td", {}, reward(e.reward_total)),
+      h("td", {}, reward(e.reward_total), h("div", { class: "components" }, components(e))),
       h("td", {}, String(e.step_count + e.turn_count)),
       h("td", { class: "task" }, short(e.task, 160)))));
     if (!page.episodes.length) body.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, offset ? "no more episodes" : "no episodes match")));
@@ -219,7 +221,7 @@ async function episodeView(id) {
       h("h1", { dataset: { test: "episode-id" } }, e.id, " ", badge(e.status, e.status), e.excluded ? [" ", badge("excluded")] : null),
       h("div", { class: "task", dataset: { test: "task" } }, e.task),
       h("p", {}, "reward ", h("span", { dataset: { test: "reward-total" } }, reward(e.reward_total)), " ",
-        h("span", { class: "muted" }, Object.entries(e.reward_components).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(" · ")),
+        h("span", { class: "muted" }, components(e)),
         " · ", `${e.source} · ${e.step_count} steps · ${e.turn_count} turns · ${when(e.created_at)}`),
       e.summary ? h("p", { class: "muted" }, e.summary) : null,
       actions),

@@ -220,6 +220,33 @@ def test_the_worker_takes_a_real_sft_step_on_external_successes(
     assert "set aside: 1 episode(s): " in text
 
 
+def test_the_worker_trains_on_a_human_preference_before_the_rewards(tmp_path: Path) -> None:
+    """A person preferred the attempt the rewards rank lower: the worker's first DPO step (one pair
+    a step) trains on the person's pair, the reversed reward pair is never trained."""
+    from episodes.records import EpisodeStatus, Verdict
+    from tests.logdata import external_episode
+
+    db = tmp_path / "ep.db"
+    store = EpisodeStore.open(str(db))
+    task = "make the parser accept comments"
+    high = external_episode(store, task, 1.0)
+    low = external_episode(store, task, -1.0, status=EpisodeStatus.failure)
+    other = external_episode(store, task, -0.5, status=EpisodeStatus.failure)
+    store.preferences.prefer(high, low, Verdict.b, author="ana", comment="the passing fix deletes the test")
+    store.close()
+    backend = BackendConfig(path=tmp_path / "art", max_seq_len=4096)
+    cfg = WorkerConfig(database_url=str(db), backend=backend, scenarios=None, plot_path=None, sft_batch=0, dpo_batch=1)
+
+    assert train(cfg, once=True).dpo_steps == 1
+    store = EpisodeStore.open(str(db))
+    assert store.runs.dpo_used("default") == {(low, high)}
+    store.close()
+    assert train(cfg, once=True).dpo_steps == 1
+    store = EpisodeStore.open(str(db))
+    assert store.runs.dpo_used("default") == {(low, high), (high, other)}
+    store.close()
+
+
 def test_the_worker_imitates_the_view_it_is_told_to(tmp_path: Path) -> None:
     """One SFT step per view on the same two successes: the answer view trains on the final answers
     only (fewer tokens than the whole trace, which also holds every tool call)."""
