@@ -42,7 +42,10 @@ def index(
     shown: dict[str, Any] = {"phase": None, "at": 0.0}
 
     def progress(p: Any) -> None:
-        line = f"{p.phase.value}: {p.files_done}/{p.files_changed} files, {p.chunks_written} chunks"
+        line = (
+            f"{p.phase.value}: {p.files_done}/{p.files_changed} files, {p.chunks_written} chunks,"
+            f" {p.vectors_done} embedded, {p.vectors_pending} to go"
+        )
         if on_terminal:
             typer.echo(f"\r{line}", err=True, nl=False)
             return

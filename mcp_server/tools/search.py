@@ -14,7 +14,7 @@ from mcp_server.result_size import fit_result
 from mcp_server.state import AppState, app_state
 from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
-from memory.models import SearchResponse
+from memory.models import IndexStatus, SearchResponse
 
 WorkspacePath = Annotated[
     str | None,
@@ -104,11 +104,16 @@ async def index_workspace(
     """(Re)index a workspace incrementally; only changed files are re-read. Reports progress while it runs."""
     service = await _service(app_state(ctx), path)
     service.start_indexing()
+    sent = 0
     with anyio.move_on_after(wait_s):
         while (status := service.index_status()).indexing:
-            await ctx.report_progress(
-                status.files_done, max(status.files_changed, 1), f"{status.phase}: {status.files_done} files"
-            )
+            # One count over both phases (files chunked, then chunks embedded), sent only when it grew:
+            # MCP says a progress value must increase with every notification.
+            done = status.files_done + status.vectors_indexed
+            if done > sent:
+                total = status.files_changed + status.vectors_indexed + status.vectors_pending
+                await ctx.report_progress(done, max(total, done), _progress_line(status))
+                sent = done
             await anyio.sleep(0.5)
     status = service.index_status()
     if status.last_error:
@@ -117,6 +122,13 @@ async def index_workspace(
         None if status.complete else "still indexing in the background: search works now; index_status shows progress"
     )
     return _report(status, note)
+
+
+def _progress_line(status: IndexStatus) -> str:
+    return (
+        f"{status.phase}: {status.files_done}/{status.files_changed} files chunked,"
+        f" {status.vectors_indexed} chunks embedded, {status.vectors_pending} to go"
+    )
 
 
 async def index_status(ctx: Context[Any, Any], workspace: WorkspacePath = None) -> IndexReport:

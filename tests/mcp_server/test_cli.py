@@ -208,7 +208,10 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
     # stderr is not a terminal here: progress comes as whole lines, not carriage-return updates.
     progress = indexed.stderr.splitlines()
     assert "\r" not in indexed.stderr and progress[-1].startswith("ready: 2/2 files"), indexed.stderr
-    assert all(re.fullmatch(r"[a-z]+: \d+/\d+ files, \d+ chunks", line) for line in progress), progress
+    pattern = r"[a-z]+: \d+/\d+ files, \d+ chunks, (\d+) embedded, (\d+) to go"
+    assert all(re.fullmatch(pattern, line) for line in progress), progress
+    last = re.fullmatch(pattern, progress[-1])
+    assert last is not None and int(last[1]) >= 2 and last[2] == "0"  # the embedding phase is counted too
     found = runner.invoke(app, ["search", "where is the reward computed", "--workspace", str(ws), "-k", "1", "--json"])
     assert found.exit_code == 0, found.output
     [hit] = json.loads(found.stdout)

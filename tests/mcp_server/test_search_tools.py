@@ -198,3 +198,28 @@ async def test_a_symlinked_file_never_leaks_what_it_points_to(tmp_path: Path, wo
         found = await call_ok(client, "search_code", {"query": "zebracornflakes private key"})
     assert all("zebracornflakes" not in hit["text"] for hit in found["results"])
     assert all(hit["path"] != "notes.txt" for hit in found["results"])
+
+
+@pytest.mark.anyio
+async def test_index_progress_increases_through_chunking_and_embedding(tmp_path: Path) -> None:
+    """The progress value must increase with every notification (MCP). It counted files only, so it
+    sat at 100% through the whole embedding phase; now one count covers both phases."""
+    ws = tmp_path / "many"
+    ws.mkdir()
+    for i in range(150):
+        (ws / f"mod_{i}.py").write_text(
+            "".join(f"def handler_{i}_{j}(value):\n    return value * {j} + {i}\n\n\n" for j in range(6))
+        )
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    settings = load_settings(home=tmp_path / "home", workspace=ws)
+    async with Client(build_server(settings)) as c:
+        result = await c.call_tool("index_workspace", {"wait_s": 120}, progress_callback=on_progress)
+    assert not result.is_error
+    values = [p for p, _, _ in seen]
+    assert len(values) >= 2 and all(b > a for a, b in zip(values, values[1:], strict=False)), seen
+    assert all(total is not None and p <= total for p, total, _ in seen)
+    assert any("embedding" in (m or "") or p > 150 for p, _, m in seen), seen  # past the file count
