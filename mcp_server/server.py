@@ -67,6 +67,8 @@ def build_server(settings: Settings | None = None) -> RlideServer:
             log.warning("no_workspace_served", reason=settings.no_workspace_reason())
         recorder = EpisodeRecorder(store, workspace=str(served) if served is not None else None)
         workspaces = WorkspaceHub(settings)
+        if settings.index_on_start:
+            workspaces.index_in_background()
         execution = ExecutionHub(settings)
         try:
             yield AppState(

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     )
     pool_envs: int = Field(4, ge=1, le=256, description="Sandboxed environments in the execution pool.")
     memory_store: Literal["sqlite", "turbopuffer"] = Field("sqlite", description="Code index store.")
+    index_on_start: bool = Field(
+        True,
+        description="Index the served workspace in the background when the server starts (keyword search first,"
+        " embeddings after), so the first search_code answers.",
+    )
     memory_embedder: Literal["onnx-minilm", "openai", "none"] = Field(
         "onnx-minilm", description="onnx-minilm ships in a package; openai uses an OpenAI-compatible endpoint."
     )

@@ -13,12 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from episodes.records import EpisodeDetail
 from mcp_server.settings import Settings
+from memory.errors import RlideMemoryError
 
 if TYPE_CHECKING:
     from memory.config import MemoryConfig
     from memory.service import MemoryService
+
+log = structlog.get_logger(__name__)
 
 
 class PathNotAllowed(ValueError):
@@ -74,6 +79,7 @@ class WorkspaceHub:
     settings: Settings
     _services: dict[Path, MemoryService] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _closed: bool = False
 
     @property
     def default_root(self) -> Path | None:
@@ -119,11 +125,31 @@ class WorkspaceHub:
             existing = self._services.get(root)
             if existing is not None:
                 return existing
+            if self._closed:
+                raise RlideMemoryError("the server is stopping: no new index is opened")
             from memory.service import MemoryService
 
             config = memory_config(self.settings, root, watch=True)
             created = self._services[root] = MemoryService(config)
             return created
+
+    def index_in_background(self) -> threading.Thread | None:
+        """Start indexing the served workspace without blocking the caller (the server's start):
+        opening the index and its embedder takes a while, the sync itself runs in the service's own
+        thread. None without a served workspace."""
+        root = self.default_root
+        if root is None:
+            return None
+
+        def start() -> None:
+            try:
+                self.service(root).start_indexing()
+            except Exception as exc:  # a broken index must not stop the server: index_status reports it later
+                log.warning("index_on_start_failed", workspace=str(root), error=str(exc))
+
+        thread = threading.Thread(target=start, name="rlide-index-on-start", daemon=True)
+        thread.start()
+        return thread
 
     def remember(self, detail: EpisodeDetail) -> str:
         """Make a successful episode a searchable past solution. Blocking: call it from a thread."""
@@ -155,6 +181,7 @@ class WorkspaceHub:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for service in self._services.values():
                 service.close()
             self._services.clear()

@@ -4,6 +4,7 @@ tools and CLI commands (`search_code`, `index_workspace`, `index_status`, `recal
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from memory.stores.base import Filters, Store
 log = structlog.get_logger(__name__)
 
 MAX_K = 100
+FIRST_SEARCH_WAIT_S = 10.0
+"""How long a search of a workspace with nothing indexed yet waits for its keyword index."""
 
 
 class MemoryService:
@@ -48,6 +51,7 @@ class MemoryService:
         self.solutions = SolutionMemory(solutions_store, self.embedder)
         self._background: threading.Thread | None = None
         self._stop = threading.Event()
+        self._lifecycle = threading.Lock()
         self._watcher: Watcher | None = None
         self._last_error: str | None = None
 
@@ -62,17 +66,18 @@ class MemoryService:
         return self.index_status()
 
     def start_indexing(self, progress_callback: ProgressCallback | None = None) -> bool:
-        """Index in a background thread; False when one is already running."""
-        if self._background is not None and self._background.is_alive():
-            return False
-        self._background = threading.Thread(
-            target=self._run_sync, args=(progress_callback, True), name="rlide-memory-index", daemon=True
-        )
-        self._background.start()
-        if self.config.watch and self._watcher is None:
-            self._watcher = Watcher(self.indexer, poll_interval_s=self.config.poll_interval_s)
-            self._watcher.start()
-        return True
+        """Index in a background thread; False when one is already running or the service is closing."""
+        with self._lifecycle:  # a close() from another thread never meets a thread not yet started
+            if self._stop.is_set() or (self._background is not None and self._background.is_alive()):
+                return False
+            self._background = threading.Thread(
+                target=self._run_sync, args=(progress_callback, True), name="rlide-memory-index", daemon=True
+            )
+            self._background.start()
+            if self.config.watch and self._watcher is None:
+                self._watcher = Watcher(self.indexer, poll_interval_s=self.config.poll_interval_s)
+                self._watcher.start()
+            return True
 
     def wait_for_indexing(self, timeout_s: float | None = None) -> IndexStatus:
         if self._background is not None:
@@ -122,6 +127,16 @@ class MemoryService:
             last_error=self._last_error or progress.error,
         )
 
+    def _wait_for_a_first_index(self) -> None:
+        """A search of a workspace with nothing indexed yet waits (up to FIRST_SEARCH_WAIT_S) for
+        the keyword phase: answering "0 results" from an empty index tells the agent the code is not
+        there. An index that has files answers at once, stale or not."""
+        deadline = time.monotonic() + FIRST_SEARCH_WAIT_S
+        while self.is_indexing and not self.indexer.keyword_complete and self.store.stats().files == 0:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+
     # -- search ---------------------------------------------------------------------------------
     def search_code(
         self, query: str, k: int = 10, path_glob: str | None = None, language: str | None = None, mode: str = "hybrid"
@@ -143,6 +158,7 @@ class MemoryService:
             # First search in this process: bring the index up to date in the background (it may
             # be new, or stale from before a restart) and answer from what is there now.
             self.start_indexing()
+        self._wait_for_a_first_index()
         hits, used = search(
             self.store,
             self.embedder,
@@ -192,7 +208,8 @@ class MemoryService:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        self._stop.set()
+        with self._lifecycle:
+            self._stop.set()
         if self._watcher is not None:
             self._watcher.stop()
         if self._background is not None:

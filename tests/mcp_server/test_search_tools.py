@@ -223,3 +223,29 @@ async def test_index_progress_increases_through_chunking_and_embedding(tmp_path:
     assert len(values) >= 2 and all(b > a for a, b in zip(values, values[1:], strict=False)), seen
     assert all(total is not None and p <= total for p, total, _ in seen)
     assert any("embedding" in (m or "") or p > 150 for p, _, m in seen), seen  # past the file count
+
+
+@pytest.mark.anyio
+async def test_the_first_search_of_a_new_server_answers(settings: Settings) -> None:
+    """The served workspace is indexed from the server's start, and a search that comes before the
+    keyword index exists waits for it: the first search found nothing before."""
+    async with Client(build_server(settings)) as c:
+        found = await call_ok(c, "search_code", {"query": "where is the reward computed?", "k": 3})
+        assert found["results"] and found["results"][0]["path"] == "src/reward.py"
+        assert found["index"]["keyword_complete"] is True
+
+
+@pytest.mark.anyio
+async def test_the_served_workspace_is_indexed_when_the_server_starts(settings: Settings) -> None:
+    import anyio
+
+    async with Client(build_server(settings)) as c:
+        with anyio.fail_after(60):
+            while not (status := await call_ok(c, "index_status", {}))["complete"]:
+                await anyio.sleep(0.2)
+        assert status["files_indexed"] == 3 and status["vectors_pending"] == 0
+    off = settings.model_copy(update={"index_on_start": False, "home": settings.home.parent / "other-home"})
+    async with Client(build_server(off)) as c:
+        await anyio.sleep(1.0)
+        status = await call_ok(c, "index_status", {})
+        assert (status["files_indexed"], status["phase"]) == (0, "idle")  # RLIDE_INDEX_ON_START=false
