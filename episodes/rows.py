@@ -24,6 +24,8 @@ from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, RewardWeights, combine
 
 MAX_TEXT_CHARS = 4_000
 """Longest result summary, error or comment kept per row; the log is a record, not a file store."""
+MAX_TASK_CHARS = 20_000
+"""Longest task or episode summary kept: what start_episode and end_episode accept, stored whole."""
 
 
 def clip_text(text: str | None, limit: int = MAX_TEXT_CHARS) -> str | None:

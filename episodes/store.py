@@ -38,6 +38,7 @@ from episodes.redaction import redact, redact_text
 from episodes.rewards import DEFAULT_WEIGHTS, OUTCOME_REWARD, RewardWeights
 from episodes.rows import (
     EPISODE_COLUMNS,
+    MAX_TASK_CHARS,
     MAX_TEXT_CHARS,
     EpisodeQuery,
     check_author,
@@ -150,7 +151,7 @@ class EpisodeStore:
         now = time.time()
         row = (
             episode_id,
-            clip_text(task),
+            clip_text(task, MAX_TASK_CHARS),
             clip_text(workspace),
             clip_text(client),
             source.value,
@@ -178,7 +179,7 @@ class EpisodeStore:
             raise ValueError("an episode ends with success, failure, aborted or timeout, not open")
         check_episode_id(episode_id)
         now = time.time()
-        clipped = clip_text(summary)
+        clipped = clip_text(summary, MAX_TASK_CHARS)
         with self.db.transaction(write=True) as cur:
             row = cur.execute("SELECT status FROM episodes WHERE id = ?", (episode_id,)).fetchone()
             if row is None:

@@ -33,6 +33,11 @@ from mcp_server.result_size import result_chars
 
 log = structlog.get_logger(__name__)
 
+SELF_READS = frozenset({"list_episodes", "index_status", "training_status"})
+"""Tools that read rlide's own state. Inside an episode they are steps like any other; outside one
+they start no implicit episode: each listing would otherwise add an episode to the list it pages
+through, and the log would fill with episodes of nothing but looking."""
+
 _SESSION_STATE_KEY = "rlide.session"
 _T = TypeVar("_T")
 _STEP_NOTES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("rlide_step_notes", default=None)
@@ -170,6 +175,8 @@ class EpisodeRecorder:
                 return
             except EpisodeNotFound:
                 continue
+        if tool in SELF_READS:
+            return  # outside any episode, a look at rlide's own state is no work of the agent's
         await self._write(step, await self._implicit_episode(key, tool, client_name(ctx)))
 
     async def _write(self, step: Callable[..., int], episode_id: str) -> None:

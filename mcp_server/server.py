@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp_types import Tool as MCPTool
 
 from episodes.db import EpisodeNotFound
@@ -35,8 +37,36 @@ rlide records what you do as episodes so a model can learn from them.
 Calls made outside an episode are recorded into an implicit one."""
 
 
+class _StringsStayStrings(FuncMetadata):
+    """The SDK's argument pre-parsing, except for arguments that take a string.
+
+    MCPServer json-decodes every string argument whose annotation is not exactly `str` (so that a
+    host sending a list as a JSON string still works); an optional text (`str | None`) such as
+    end_episode's summary "[1, 2]" then became a list and the call was refused. A text argument
+    keeps the text it was sent."""
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        parsed = super().pre_parse_json(data)
+        fields = self.arg_model.model_fields
+        return {
+            key: data[key] if key in fields and _takes_text(fields[key].annotation) else value
+            for key, value in parsed.items()
+        }
+
+
+def _takes_text(annotation: Any) -> bool:
+    return annotation is str or (get_origin(annotation) in (Union, UnionType) and str in get_args(annotation))
+
+
 class RlideServer(MCPServer[AppState]):
-    """MCPServer that publishes inlined schemas (no `$defs`/`$ref`), which every IDE host accepts."""
+    """MCPServer that publishes inlined schemas (no `$defs`/`$ref`), which every IDE host accepts, and
+    passes text arguments through as sent (`_StringsStayStrings`)."""
+
+    def add_tool(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        super().add_tool(fn, *args, **kwargs)
+        tool = self._tool_manager.get_tool(kwargs.get("name") or fn.__name__)
+        assert tool is not None
+        tool.fn_metadata = _StringsStayStrings.model_construct(**dict(tool.fn_metadata))
 
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -16,9 +17,13 @@ from episodes.records import Episode, EpisodeStatus, RewardSource, StateKind
 from episodes.rewards import OUTCOME_REWARD
 from mcp_server.capture import capture
 from mcp_server.middleware import client_name, note_step
+from mcp_server.result_size import clip, fit_count
 from mcp_server.state import AppState, app_state
 
 log = structlog.get_logger(__name__)
+
+LISTED_TEXT_CHARS = 500
+"""A listed episode's task and summary are cut to this: a listing is for choosing, not reading."""
 
 EpisodeId = Annotated[
     str | None,
@@ -31,7 +36,7 @@ EpisodeId = Annotated[
 
 class StartEpisodeResult(BaseModel):
     episode_id: str = Field(description="Pass this as episode_id to end_episode and give_feedback.")
-    task: str
+    task: str = Field(description="The task as recorded (its first lines, when long).")
     status: EpisodeStatus
     note: str | None = None
 
@@ -51,6 +56,12 @@ class FeedbackResult(BaseModel):
 class ListEpisodesResult(BaseModel):
     episodes: list[Episode]
     next_offset: int | None = Field(None, description="Call again with offset=next_offset for more.")
+
+
+def _brief(episode: Episode) -> Episode:
+    """`episode` with its task and summary cut to LISTED_TEXT_CHARS: what a reply echoes or lists."""
+    update = {"task": clip(episode.task, LISTED_TEXT_CHARS), "summary": clip(episode.summary, LISTED_TEXT_CHARS)}
+    return episode.model_copy(update=update)
 
 
 def _resolve(state: AppState, ctx: Context[Any, Any], episode_id: str | None, *, or_ended: bool = False) -> str:
@@ -86,6 +97,12 @@ async def start_episode(
     if not task.strip():
         raise ToolError("task is blank: describe in a sentence what you are about to do")
     state = app_state(ctx)
+    if workspace is not None and not await anyio.to_thread.run_sync(Path(workspace).expanduser().is_dir):
+        served = state.settings.served_workspace
+        raise ToolError(
+            f"workspace {workspace!r} does not exist on this machine (or is not a folder): pass the project's"
+            f" folder, or leave it out" + (f" to use the served workspace {served}" if served else "")
+        )
     recorder = state.recorder
     key = recorder.session_key(ctx.request_context)
     note = None
@@ -109,7 +126,9 @@ async def start_episode(
     if test_command is not None and test_command.strip():
         await recorder.run(state.store.name_verifier, episode.id, test_command)
     await recorder.run(capture, state.store, state.settings.served_workspace, episode.id, StateKind.start)
-    return StartEpisodeResult(episode_id=episode.id, task=episode.task, status=episode.status, note=note)
+    return StartEpisodeResult(
+        episode_id=episode.id, task=clip(episode.task, LISTED_TEXT_CHARS) or "", status=episode.status, note=note
+    )
 
 
 async def end_episode(
@@ -143,7 +162,7 @@ async def end_episode(
     if status is EpisodeStatus.success and (summary or not episode.implicit):
         # An implicit episode's task is a placeholder: only its summary can say what was solved.
         await _remember(state, target)
-    return EndEpisodeResult(episode=episode, outcome_reward=reward)
+    return EndEpisodeResult(episode=_brief(episode), outcome_reward=reward)
 
 
 async def _remember(state: AppState, episode_id: str) -> None:
@@ -196,13 +215,20 @@ async def list_episodes(
     limit: Annotated[int, Field(ge=1, le=200, description="At most this many, newest first.")] = 20,
     offset: Annotated[int, Field(ge=0, le=1_000_000)] = 0,
 ) -> ListEpisodesResult:
-    """List recorded episodes, newest first."""
+    """List recorded episodes, newest first (tasks and summaries cut to their first lines: the
+    episode://{id} resource has them whole). As many as fit the reply; next_offset gives the rest."""
     state = app_state(ctx)
     episodes = await state.recorder.run(
         state.store.list_episodes, status=EpisodeStatus(status) if status else None, limit=limit + 1, offset=offset
     )
-    more = len(episodes) > limit
-    return ListEpisodesResult(episodes=episodes[:limit], next_offset=offset + limit if more else None)
+    shown = [_brief(e) for e in episodes[:limit]]
+
+    def first(n: int) -> ListEpisodesResult:
+        more = n < len(shown) or len(episodes) > limit
+        return ListEpisodesResult(episodes=shown[:n], next_offset=offset + n if more else None)
+
+    result, _ = fit_count(first, state.settings.max_result_chars, len(shown))
+    return result
 
 
 TOOLS = (

@@ -10,7 +10,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from mcp_server.result_size import fit_result
+from mcp_server.result_size import clip, fit_result
 from mcp_server.state import AppState, app_state
 from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
@@ -149,7 +149,29 @@ async def recall_solutions(
     except RlideMemoryError as exc:
         raise ToolError(f"past solutions are not available: {exc}") from exc
     hits = await anyio.to_thread.run_sync(lambda: service.recall_solutions(query, k))
-    return RecallResult(solutions=[{**h.episode.model_dump(mode="json"), "score": h.score} for h in hits])
+    limit = state.settings.max_result_chars
+
+    def cut_to(budget: int) -> RecallResult:
+        """Each solution's task and summary within `budget` characters, and as many of its files."""
+        solutions = []
+        for hit in hits:
+            episode = hit.episode
+            files = episode.files_touched[: max(1, budget // 40)]
+            more = len(episode.files_touched) - len(files)
+            solutions.append(
+                {
+                    **episode.model_dump(mode="json"),
+                    "task": clip(episode.task, budget),
+                    "summary": clip(episode.summary, budget),
+                    "files_touched": files + ([f"... and {more} more files"] if more else []),
+                    "score": hit.score,
+                }
+            )
+        return RecallResult(solutions=solutions)
+
+    longest = max((len(t) for h in hits for t in (h.episode.task, h.episode.summary)), default=0)
+    longest = max(longest, 40 * max((len(h.episode.files_touched) for h in hits), default=0))
+    return fit_result(cut_to, limit, longest)
 
 
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)

@@ -60,8 +60,9 @@ async def test_tools_are_published_with_inlined_schemas_and_annotations(client: 
 
 
 @pytest.mark.anyio
-async def test_a_full_episode_is_recorded(client: Client, settings: Settings) -> None:
-    started = await call_ok(client, "start_episode", {"task": "make the tests pass", "workspace": "/ws"})
+async def test_a_full_episode_is_recorded(client: Client, settings: Settings, tmp_path: Path) -> None:
+    ws = str(tmp_path)
+    started = await call_ok(client, "start_episode", {"task": "make the tests pass", "workspace": ws})
     episode_id = started["episode_id"]
     assert started["status"] == "open"
     fb = await call_ok(client, "give_feedback", {"rating": 0.5, "comment": "on the right track"})
@@ -75,10 +76,10 @@ async def test_a_full_episode_is_recorded(client: Client, settings: Settings) ->
     detail = store.detail(episode_id)
     store.close()
     assert [s.tool for s in detail.steps] == ["start_episode", "give_feedback", "end_episode"]
-    assert detail.steps[0].arguments == {"task": "make the tests pass", "workspace": "/ws"}
+    assert detail.steps[0].arguments == {"task": "make the tests pass", "workspace": ws}
     assert all(s.error is None and s.duration_ms >= 0 for s in detail.steps)
     assert [(r.source, r.value) for r in detail.rewards] == [(RewardSource.feedback, 0.5), (RewardSource.outcome, 1.0)]
-    assert detail.episode.client == "mcp" and detail.episode.workspace == "/ws"
+    assert detail.episode.client == "mcp" and detail.episode.workspace == ws
 
     resource = await client.read_resource(f"episode://{episode_id}")
     body = json.loads(resource.contents[0].text)  # type: ignore[union-attr]
@@ -108,9 +109,12 @@ async def test_feedback_after_end_episode_rates_the_episode_just_ended(client: C
 
 @pytest.mark.anyio
 async def test_calls_outside_an_episode_go_to_an_implicit_one(client: Client, settings: Settings) -> None:
-    await call_ok(client, "list_episodes", {})
-    await call_ok(client, "list_episodes", {"limit": 5})
+    await call_ok(client, "list_episodes", {})  # a look at the log itself: no episode for it
+    await call_ok(client, "index_status", {})
     store = _log(settings)
+    assert store.list_episodes() == []
+    await call_error(client, "give_feedback", {"rating": 0.5})  # recorded, into a new implicit episode
+    await call_ok(client, "list_episodes", {"limit": 5})  # inside the implicit episode now: a step
     [implicit] = store.list_episodes()
     assert implicit.implicit and implicit.status is EpisodeStatus.open and implicit.step_count == 2
     # An explicit episode supersedes the implicit one, which is closed as aborted.

@@ -34,7 +34,7 @@ async def test_sdk_client_runs_a_full_episode(
             assert client.protocol_version == version
             assert {t.name for t in (await client.list_tools()).tools} == ALL_TOOLS
 
-            started = await call_ok(client, "start_episode", {"task": "fix the flaky test", "workspace": "/src/app"})
+            started = await call_ok(client, "start_episode", {"task": "fix the flaky test", "workspace": str(tmp_path)})
             episode_id = started["episode_id"]
             assert started["status"] == "open"
             # Handshake era: the session's episode is implied. 2026-07-28 has no session: name it.
@@ -61,7 +61,7 @@ async def test_sdk_client_runs_a_full_episode(
     finally:
         store.close()
     assert on_disk.episode.status is EpisodeStatus.success
-    assert on_disk.episode.task == "fix the flaky test" and on_disk.episode.workspace == "/src/app"
+    assert on_disk.episode.task == "fix the flaky test" and on_disk.episode.workspace == str(tmp_path)
     assert on_disk.episode.summary == "fixed"
     assert [s.tool for s in on_disk.steps] == ["start_episode", "give_feedback", "end_episode"]
     assert all(s.error is None for s in on_disk.steps)
