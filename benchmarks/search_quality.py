@@ -5,8 +5,16 @@ with the docstring removed. The corpus is a fixed-seed sample of such functions 
 target included). A second set of identifier-style queries (a function's name split into words)
 checks that hybrid ranking keeps BM25's exact-name wins.
 
-    python benchmarks/search_quality.py            # 500 queries, 4000-function corpus
-    python benchmarks/search_quality.py --quick    # 100 queries, 800 functions
+A third set, the natural questions (tests/data/natural_questions.jsonl), asks what a developer or a
+coding agent asks while fixing a bug (behaviour, concept, configuration, pasted error messages) about
+three real projects copied whole, with their tests, docs and changelogs (tests/data/search_projects,
+see its README.md). Each project folder is indexed with rlide's own `MemoryService` and searched
+with `search_code`; a plain BM25 over 40-line windows of every file is the baseline. A hit is a
+result in an answer's file whose lines overlap the answer symbol's definition.
+
+    python benchmarks/search_quality.py            # 500 queries, 4000-function corpus, natural questions
+    python benchmarks/search_quality.py --quick    # 100 queries, 800 functions (no natural questions)
+    python benchmarks/search_quality.py --natural  # the natural questions only
     python benchmarks/search_quality.py --sweep    # also fusion depth/weight variants
 
 Prints one JSON object on stdout. Vectors are cached (memory.embedding.embedders.EmbeddingCache), so a
@@ -18,29 +26,38 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import random
+import re
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory.config import default_data_dir  # noqa: E402
+from memory.config import MemoryConfig, default_data_dir  # noqa: E402
 from memory.embedding.embedders import DEFAULT_MAX_TOKENS, CachedEmbedder, EmbeddingCache, OnnxMiniLM  # noqa: E402
 from memory.embedding.onnx_model import MinilmVariant  # noqa: E402
 from memory.indexing.chunking import ChunkSpan  # noqa: E402
+from memory.indexing.files import decode_source, walk_workspace  # noqa: E402
 from memory.indexing.prepare import make_records  # noqa: E402
 from memory.indexing.tokens import query_tokens, split_identifier  # noqa: E402
 from memory.search import DEPTH, WEIGHTS  # noqa: E402
+from memory.service import MemoryService  # noqa: E402
 from memory.stores.base import FileState, Filters, Hit  # noqa: E402
 from memory.stores.sqlite import SQLiteStore  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+NATURAL_QUESTIONS = ROOT / "tests" / "data" / "natural_questions.jsonl"
+NATURAL_PROJECTS = ROOT / "tests" / "data" / "search_projects"
 SKIP_DIRS = {"test", "tests", "idlelib", "turtledemo", "site-packages", "__pycache__", "ensurepip", "lib2to3"}
 
 
@@ -132,6 +149,243 @@ def _score(ranked: list[list[Hit]], targets: list[str]) -> dict[str, float]:
     return {"recall@10": round(recall / len(targets), 4), "mrr@10": round(mrr / len(targets), 4)}
 
 
+# -- natural questions over real projects -------------------------------------------------------
+
+KINDS = ("behaviour", "concept", "config", "error")
+BM25_K1, BM25_B = 1.2, 0.75
+WINDOW, STRIDE = 40, 20
+Span = tuple[str, int, int]  # (path relative to the project folder, first line, last line), 1-based inclusive
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    project: str
+    kind: str
+    question: str
+    answers: tuple[Span, ...]
+
+
+def symbol_spans(source: str) -> dict[str, tuple[int, int]]:
+    """Every class and function of a module by qualified name ("Class.method", "outer.inner"), with its
+    lines from the first decorator to the end. Overloads and property setters share a name: their
+    lines are merged."""
+    spans: dict[str, tuple[int, int]] = {}
+
+    def visit(node: ast.AST, scope: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = ".".join([*scope, child.name])
+                start = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                end = child.end_lineno or child.lineno
+                old = spans.get(name)
+                spans[name] = (min(start, old[0]), max(end, old[1])) if old else (start, end)
+                visit(child, [*scope, child.name])
+            else:
+                visit(child, scope)
+
+    visit(ast.parse(source), [])
+    return spans
+
+
+def load_questions(path: Path = NATURAL_QUESTIONS, projects: Path = NATURAL_PROJECTS) -> list[Question]:
+    """The question set, each answer resolved to its lines; stops on an answer that does not exist."""
+    questions: list[Question] = []
+    spans: dict[Path, dict[str, tuple[int, int]]] = {}
+    errors: list[str] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row["kind"] not in KINDS:
+            errors.append(f"line {n} ({row['id']}): kind {row['kind']!r} is not one of {KINDS}")
+        answers: list[Span] = []
+        for answer in row["answers"]:
+            file = projects / row["project"] / answer["path"]
+            if not file.is_file():
+                errors.append(f"line {n} ({row['id']}): {file} does not exist")
+                continue
+            if top1_kind(answer["path"]) != "other_source":
+                errors.append(f"line {n} ({row['id']}): {answer['path']} is a test, doc or changelog")
+            if file not in spans:
+                spans[file] = symbol_spans(file.read_text(encoding="utf-8"))
+            span = spans[file].get(answer["symbol"])
+            if span is None:
+                errors.append(f"line {n} ({row['id']}): {answer['symbol']} is not defined in {file}")
+                continue
+            answers.append((answer["path"], *span))
+        questions.append(Question(row["id"], row["project"], row["kind"], row["question"], tuple(answers)))
+    ids = Counter(q.id for q in questions)
+    errors += [f"question id {i} appears {c} times" for i, c in ids.items() if c > 1]
+    if errors:
+        raise SystemExit("natural questions: " + "; ".join(errors))
+    return questions
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Words and identifiers, lowercase; an identifier counts whole and as its camelCase/snake_case
+    parts (`max_age` -> max_age, max, age)."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        parts = [p.lower() for piece in word.split("_") for p in _CAMEL_PART.findall(piece)]
+        whole = word.lower().strip("_")
+        if whole and (len(parts) != 1 or parts[0] != whole):
+            out.append(whole)
+        out.extend(parts)
+    return out
+
+
+class WindowBM25:
+    """Okapi BM25 (k1=1.2, b=0.75) over 40-line windows, stride 20, of every file rlide would index."""
+
+    def __init__(self, root: Path) -> None:
+        self.windows: list[Span] = []
+        self.lengths: list[int] = []
+        postings: dict[str, list[tuple[int, int]]] = {}
+        for source in walk_workspace(root, max_file_bytes=1_000_000):
+            text = decode_source((root / source.path).read_bytes())
+            if text is None:
+                continue
+            lines = text.splitlines()
+            for start in range(0, max(len(lines) - (WINDOW - STRIDE), 1), STRIDE):
+                chunk = lines[start : start + WINDOW]
+                counts = Counter(bm25_tokens("\n".join(chunk)))
+                doc = len(self.windows)
+                self.windows.append((source.path, start + 1, start + len(chunk)))
+                self.lengths.append(sum(counts.values()))
+                for token, tf in counts.items():
+                    postings.setdefault(token, []).append((doc, tf))
+        self.postings = postings
+        self.avg_length = sum(self.lengths) / max(len(self.lengths), 1)
+
+    def search(self, query: str, k: int = 10) -> list[Span]:
+        n = len(self.windows)
+        scores: dict[int, float] = {}
+        for token in dict.fromkeys(bm25_tokens(query)):
+            found = self.postings.get(token, [])
+            idf = math.log((n - len(found) + 0.5) / (len(found) + 0.5) + 1)
+            for doc, tf in found:
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * self.lengths[doc] / self.avg_length)
+                scores[doc] = scores.get(doc, 0.0) + idf * tf * (BM25_K1 + 1) / (tf + norm)
+        best = sorted(scores, key=lambda d: (-scores[d], d))[:k]
+        return [self.windows[d] for d in best]
+
+
+def first_hit(results: list[Span], answers: tuple[Span, ...]) -> int | None:
+    """1-based rank of the first result that overlaps an answer, within the top 10."""
+    for rank, (path, start, end) in enumerate(results[:10], start=1):
+        if any(path == a_path and start <= a_end and a_start <= end for a_path, a_start, a_end in answers):
+            return rank
+    return None
+
+
+def top1_kind(path: str) -> str:
+    """What a first result that is not an answer is: tests, docs, changelog or other source."""
+    parts = path.split("/")
+    name = parts[-1].upper()
+    if parts[0] == "releasenotes" or name.startswith(("CHANGES", "CHANGELOG", "HISTORY")):
+        return "changelog"
+    if parts[0] in {"tests", "test"} or name.startswith("TEST_"):
+        return "tests"
+    if parts[0] in {"docs", "doc"} or name.endswith((".RST", ".MD")):
+        return "docs"
+    return "other_source"
+
+
+def _rank_scores(ranks: list[int | None]) -> dict[str, float]:
+    n = max(len(ranks), 1)
+    return {
+        "n": len(ranks),
+        "hit@1": round(sum(r == 1 for r in ranks) / n, 4),
+        "hit@5": round(sum(r is not None and r <= 5 for r in ranks) / n, 4),
+        "mrr@10": round(sum(1 / r for r in ranks if r is not None) / n, 4),
+    }
+
+
+def run_natural(args: argparse.Namespace) -> dict[str, Any]:
+    questions = load_questions()
+    methods = ("bm25_windows", "rlide_keyword", "rlide_dense", "rlide_hybrid")
+    ranks: dict[str, dict[str, int | None]] = {m: {} for m in methods}
+    top1: dict[str, dict[str, str | None]] = {m: {} for m in methods}
+    seconds: dict[str, float] = {}
+    index: dict[str, dict[str, int]] = {}
+    model = "none"
+    for project in sorted({q.project for q in questions}):
+        folder = NATURAL_PROJECTS / project
+        asked = [q for q in questions if q.project == project]
+        started = time.monotonic()
+        bm25 = WindowBM25(folder)
+        search: dict[str, Callable[[str], list[Span]]] = {"bm25_windows": bm25.search}
+        with tempfile.TemporaryDirectory() as tmp:
+            config = MemoryConfig(
+                workspace=folder,
+                data_dir=Path(tmp),
+                embedding_cache_path=args.cache,
+                embedder="onnx-minilm",
+                max_tokens=args.max_tokens,
+                minilm_variant=args.variant,
+            )
+            with MemoryService(config) as service:
+                status = service.index_workspace()
+                model = service.embedder.model_id if service.embedder is not None else "none"
+                index[project] = {
+                    "files": status.files_indexed,
+                    "chunks": status.chunks_indexed,
+                    "bm25_windows": len(bm25.windows),
+                }
+
+                def rlide(mode: str) -> Callable[[str], list[Span]]:
+                    def run(query: str) -> list[Span]:
+                        hits = service.search_code(query, k=10, mode=mode).results
+                        return [(h.path, h.start_line, h.end_line) for h in hits]
+
+                    return run
+
+                search |= {f"rlide_{m}": rlide(m) for m in ("keyword", "dense", "hybrid")}
+                for q in asked:
+                    for method in methods:
+                        results = search[method](q.question)
+                        ranks[method][q.id] = first_hit(results, q.answers)
+                        top1[method][q.id] = f"{results[0][0]}:{results[0][1]}-{results[0][2]}" if results else None
+        seconds[project] = round(time.monotonic() - started, 1)
+
+    by_id = {q.id: q for q in questions}
+    summary: dict[str, Any] = {}
+    for method in methods:
+        table = {kind: _rank_scores([r for i, r in ranks[method].items() if by_id[i].kind == kind]) for kind in KINDS}
+        table["all"] = _rank_scores(list(ranks[method].values()))
+        firsts = Counter(
+            "answer" if ranks[method][i] == 1 else (top1_kind(t.split(":")[0]) if t else "nothing")
+            for i, t in top1[method].items()
+        )
+        summary[method] = {
+            **table,
+            "by_project": {
+                p: _rank_scores([r for i, r in ranks[method].items() if by_id[i].project == p]) for p in sorted(index)
+            },
+            "top1_tests_docs_changelog_share": round(
+                (firsts["tests"] + firsts["docs"] + firsts["changelog"]) / len(questions), 4
+            ),
+            "top1_kinds": dict(sorted(firsts.items())),
+        }
+    return {
+        "model": model,
+        "questions": len(questions),
+        "by_kind": dict(sorted(Counter(q.kind for q in questions).items())),
+        "by_project": dict(sorted(Counter(q.project for q in questions).items())),
+        "index": index,
+        "seconds": seconds,
+        "hit_rule": "result path equals an answer's path and its lines overlap the answer symbol's definition",
+        "summary": summary,
+        "ranks": ranks,
+        "top1": top1,
+    }
+
+
 def main() -> None:
     # stdout carries only the JSON result; structlog's default logger would print there.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
@@ -150,7 +404,17 @@ def main() -> None:
     )
     parser.add_argument("--sweep", action="store_true", help="also report fusion depth/weight variants")
     parser.add_argument("--cache", type=Path, default=default_data_dir() / "embeddings.sqlite")
+    parser.add_argument(
+        "--natural", action="store_true", help="only the natural questions over tests/data/search_projects"
+    )
+    parser.add_argument("--no-natural", action="store_true", help="leave the natural questions out of a full run")
     args = parser.parse_args()
+    if args.natural:
+        started = time.monotonic()
+        natural = run_natural(args)
+        wall = round(time.monotonic() - started, 1)
+        print(json.dumps({"benchmark": "search_quality", "natural": natural, "wall_seconds": wall}, indent=2))
+        return
     n_queries = args.limit or (100 if args.quick else args.queries)
     corpus_size = 800 if args.quick else max(args.corpus, n_queries)
 
@@ -216,6 +480,7 @@ def main() -> None:
         docstring = run(queries, lambda fn: fn.query)
         identifier = run(named, lambda fn: " ".join(split_identifier(fn.name)))
         store.close()
+    extra: dict[str, Any] = {} if args.quick or args.no_natural else {"natural": run_natural(args)}
     print(
         json.dumps(
             {
@@ -231,6 +496,7 @@ def main() -> None:
                 "identifier": identifier,
                 "embedded_now": embedder.computed,
                 "embed_seconds": round(embed_s, 1),
+                **extra,
                 "wall_seconds": round(time.monotonic() - started, 1),
             },
             indent=2,

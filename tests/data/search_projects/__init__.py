@@ -1,0 +1,1 @@
+"""Third-party projects copied as test data for search quality (see README.md); nothing to import."""
