@@ -11,8 +11,9 @@ class CodeHit(BaseModel):
     end_line: int = Field(description="1-based, inclusive")
     score: float
     text: str
-    symbol: str = ""
+    symbol: str = Field("", description="the function or class; a method as Class.method")
     language: str = ""
+    kind: str = Field("code", description="code | test | doc (docs, examples, changelogs), from the path")
 
 
 class IndexStatus(BaseModel):

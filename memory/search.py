@@ -10,6 +10,7 @@ from typing import Protocol
 
 from memory.indexing.tokens import query_tokens
 from memory.ranking import rrf
+from memory.reranking import ChunkKind, read_query, rerank
 from memory.stores.base import Filters, FloatArray, Hit, Store
 
 # Each list is cut to its top DEPTH (at least k) before fusion. On benchmarks/search_quality.py
@@ -18,6 +19,9 @@ from memory.stores.base import Filters, FloatArray, Hit, Store
 # top hit. Unequal weights (0.5-1.0 either way) were worse on both query sets; see docs/search.md.
 DEPTH = 10
 WEIGHTS = (1.0, 1.0)  # (keyword, dense)
+ERROR_WEIGHTS = (1.0, 0.2)
+RERANK_DEPTH = 40
+"""Fused candidates the ranking rules (memory.reranking) choose from."""
 
 
 class Mode(enum.StrEnum):
@@ -40,21 +44,30 @@ def search(
     mode: Mode = Mode.HYBRID,
     depth: int = DEPTH,
     weights: Sequence[float] = WEIGHTS,
+    kind: ChunkKind | None = None,
 ) -> tuple[list[Hit], Mode]:
-    """Top `k` hits and the mode actually used (keyword when no vectors exist yet)."""
+    """Top `k` hits and the mode actually used (keyword when no vectors exist yet): the lists are
+    fused to RERANK_DEPTH candidates, which the query's rules (memory.reranking) then order."""
     tokens = query_tokens(query)
+    wide = max(k * 3, RERANK_DEPTH)
+    if read_query(query).is_error:
+        weights = ERROR_WEIGHTS  # the words of a message are matched exactly, not paraphrased
     if mode is Mode.KEYWORD or embedder is None:
-        return store.keyword_search(tokens, k, filters), Mode.KEYWORD
-    if mode is Mode.DENSE or not tokens:
-        return store.vector_search(embedder.embed_query(query), k, filters), Mode.DENSE
-    depth = max(depth, k)
-    if getattr(store, "fuses_locally", False):
+        used, hits = Mode.KEYWORD, store.keyword_search(tokens, wide, filters)
+    elif mode is Mode.DENSE or not tokens:
+        used, hits = Mode.DENSE, store.vector_search(embedder.embed_query(query), wide, filters)
+    elif getattr(store, "fuses_locally", False):
         # A local store fuses in-process: BM25 (SQLite, GIL released) runs on another thread
         # while this one embeds the query (ONNX, GIL released) and scores the vectors.
-        pending = _query_pool().submit(store.keyword_search, tokens, depth, filters)
-        dense = store.vector_search(embedder.embed_query(query), depth, filters)
-        return rrf([pending.result(), dense], k, weights=weights), Mode.HYBRID
-    return store.hybrid_search(tokens, embedder.embed_query(query), k, filters, depth, weights), Mode.HYBRID
+        pending = _query_pool().submit(store.keyword_search, tokens, wide, filters)
+        dense = store.vector_search(embedder.embed_query(query), max(depth, k), filters)
+        # Dense votes with its top `depth` (deeper, weak matches outvote a list's own top hit); the
+        # keyword list goes deeper, so an exact match ranked low can still meet the rules.
+        used, hits = Mode.HYBRID, rrf([pending.result(), dense], wide, weights=weights)
+    else:
+        vector = embedder.embed_query(query)
+        used, hits = Mode.HYBRID, store.hybrid_search(tokens, vector, wide, filters, max(depth, k), weights)
+    return rerank(query, hits, k, kind=kind), used
 
 
 @functools.cache

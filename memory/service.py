@@ -16,6 +16,7 @@ from memory.errors import QueryError, WorkspaceError
 from memory.indexing.files import LANGUAGES, canonical_language
 from memory.indexing.sync import Indexer, Phase, Progress, ProgressCallback, Watcher
 from memory.models import CodeHit, IndexStatus, SearchResponse
+from memory.reranking import ChunkKind, path_kind
 from memory.search import Mode, search
 from memory.solutions import SolutionHit, SolutionMemory, SolvedEpisode
 from memory.stores.base import Filters, Store
@@ -139,13 +140,23 @@ class MemoryService:
 
     # -- search ---------------------------------------------------------------------------------
     def search_code(
-        self, query: str, k: int = 10, path_glob: str | None = None, language: str | None = None, mode: str = "hybrid"
+        self,
+        query: str,
+        k: int = 10,
+        path_glob: str | None = None,
+        language: str | None = None,
+        mode: str = "hybrid",
+        kind: str | None = None,
     ) -> SearchResponse:
-        """Search what is indexed now; never waits for indexing (starts it if nothing ever ran)."""
+        """Search what is indexed now; never waits for indexing (starts it if nothing ever ran).
+        `kind`: only code, tests or docs (memory.reranking.path_kind); without it, tests and docs
+        rank below the code unless the query asks for them."""
         if not query.strip():
             raise QueryError("query is empty: pass words or identifiers to search for")
         if mode not in {m.value for m in Mode}:
             raise QueryError(f"mode {mode!r} is unknown: use one of hybrid, keyword, dense")
+        if kind is not None and kind not in {c.value for c in ChunkKind}:
+            raise QueryError(f"kind {kind!r} is unknown: use one of code, test, doc, or leave it out")
         k = max(1, min(k, MAX_K))
         if language:
             known = canonical_language(language)
@@ -166,6 +177,7 @@ class MemoryService:
             k,
             Filters(path_glob=path_glob or None, language=language or None),
             mode=Mode(mode),
+            kind=ChunkKind(kind) if kind else None,
         )
         status = self.index_status()
         note = None
@@ -194,6 +206,7 @@ class MemoryService:
                     text=h.text,
                     symbol=h.symbol,
                     language=h.language,
+                    kind=path_kind(h.path).value,
                 )
                 for h in hits
             ],

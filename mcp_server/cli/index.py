@@ -76,9 +76,10 @@ def index(
 def search(
     query: Annotated[str, typer.Argument(help="Words, a question, or identifiers.")],
     workspace: Annotated[Path, typer.Option(help="Workspace folder (default: the current one).")] = Path("."),
-    k: Annotated[int, typer.Option("-k", min=1, max=100, help="How many results.")] = 10,
+    k: Annotated[int, typer.Option("-k", "--k", min=1, max=100, help="How many results.")] = 10,
     path_glob: Annotated[str | None, typer.Option(help="Only paths matching this glob.")] = None,
     language: Annotated[str | None, typer.Option(help="Only this language.")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only code, test or doc (docs, examples, changelogs).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search a workspace's code; results as {path, start_line, end_line, score, text}."""
@@ -89,7 +90,7 @@ def search(
         if service.index_status().files_indexed == 0:
             typer.echo("indexing first (once; later runs only re-read changed files)...", err=True)
             service.index_workspace()
-        response = service.search_code(query, k, path_glob, language)
+        response = service.search_code(query, k, path_glob, language, kind=kind)
     except RlideMemoryError as exc:
         raise fail(str(exc)) from exc
     finally:

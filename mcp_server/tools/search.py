@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -66,14 +66,20 @@ async def search_code(
     language: Annotated[
         str | None, Field(max_length=40, description="Only this language, e.g. python, typescript, go (or py, ts).")
     ] = None,
+    kind: Annotated[
+        Literal["code", "test", "doc"] | None,
+        Field(description="Only code, tests, or docs (docs, examples, changelogs). Default: all, code first."),
+    ] = None,
     workspace: WorkspacePath = None,
 ) -> SearchResponse:
-    """Search the workspace's code (keyword + semantic). Never waits for indexing: says how complete the index is."""
+    """Search the workspace's code (keyword + semantic). A pasted error message or quoted text leads to where it is
+    raised or logged; tests and docs rank below the code unless asked for. Never waits for indexing: says how
+    complete the index is."""
     state = app_state(ctx)
     service = await _service(state, workspace)
     try:
         response: SearchResponse = await anyio.to_thread.run_sync(
-            lambda: service.search_code(query, k, path_glob, language)
+            lambda: service.search_code(query, k, path_glob, language, kind=kind)
         )
     except RlideMemoryError as exc:
         raise ToolError(str(exc)) from exc

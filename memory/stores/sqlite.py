@@ -352,7 +352,9 @@ class SQLiteStore:
             return tokens
         found = self._keywords.document_frequencies(reader, tokens)
         ceiling = COMMON_TOKEN_SHARE * self.stats().chunks
-        return [t for t in tokens if found.get(t, 0) <= ceiling] or tokens
+        # Absent tokens match nothing either way; dropping every common one must leave some present.
+        present = [t for t in tokens if found.get(t, 0) > 0]
+        return [t for t in present if found[t] <= ceiling] or present or tokens
 
     def _refresh_vectors(self) -> None:
         with self._read_lock:
