@@ -6,7 +6,12 @@ MCP server, so they may import the training extra (torch, ART) inside their bodi
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -55,6 +60,29 @@ def _backend_config(settings: Settings, run: str) -> Any:
     kept = {key: value for key, value in started.items() if key in IDENTITY}
     defaults = {"backend": settings.training_backend, "base_model": settings.training_base_model}
     return BackendConfig(path=settings.home / "art", run=run, **{**defaults, **kept})
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send whatever the work inside prints on stdout to stderr: a library's notice or progress bar
+    (litellm prints its "Give Feedback" banner on stdout), in Python or below it, so that stdout
+    carries the command's JSON alone."""
+    sys.stdout.flush()
+    try:
+        out, err = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # captured streams (a test runner)
+        out = err = -1
+    saved = os.dup(out) if out >= 0 else -1
+    if saved >= 0:
+        os.dup2(err, out)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        if saved >= 0:
+            os.dup2(saved, out)
+            os.close(saved)
 
 
 def _committed_step(settings: Settings, run: str) -> int | None:
@@ -136,8 +164,17 @@ def train(
     kl_coef: Annotated[
         float, typer.Option(min=0.0, help="GRPO: KL pull towards the base model per token (0: none).")
     ] = 0.0,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="The report is JSON on stdout either way (anything else goes to stderr); accepted for scripts.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`."""
+    """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`.
+
+    Prints the worker's report as JSON on stdout when it stops; logs, progress and notices go to stderr."""
     if ctx.invoked_subcommand is not None:
         return
     if once == daemon:
@@ -193,7 +230,8 @@ def train(
         dpo_batch=dpo_batch,
     )
     try:
-        report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
+        with _stdout_to_stderr():
+            report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
     except (WorkerError, BackendError) as exc:
         raise fail(str(exc)) from exc
     finally:
@@ -360,16 +398,17 @@ def evaluate(
     except SandboxError as exc:
         raise fail(str(exc)) from exc
     try:
-        report = eval_current_policy(
-            config,
-            runner,
-            chosen,
-            samples=samples,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            committed=lambda: _committed_step(settings, run),
-            upstream=upstream,
-        )
+        with _stdout_to_stderr():
+            report = eval_current_policy(
+                config,
+                runner,
+                chosen,
+                samples=samples,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                committed=lambda: _committed_step(settings, run),
+                upstream=upstream,
+            )
     except BackendError as exc:
         raise fail(str(exc)) from exc
     finally:
