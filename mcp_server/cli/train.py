@@ -313,7 +313,8 @@ def policy_serve(
 
     With RLIDE_POLICY_TOKEN set, requests need `Authorization: Bearer <token>` (an OpenAI client's api_key).
 
-    Binding anything but loopback without a token is refused."""
+    Binding anything but loopback without a token is refused. The port is bound before the model loads
+    (a busy one fails at once); once it answers, the URL it listens on is printed on stderr."""
     settings = cli_settings()
     from common.http_auth import InsecureBind, check_bind
 
@@ -327,7 +328,14 @@ def policy_serve(
 
     configure_logging(settings)
     from training.backends.base import BackendError
-    from training.gateway.app import serve
+    from training.gateway.app import AddressUnavailable, Gateway, serve
+
+    def listening(url: str, gateway: Gateway) -> None:
+        typer.echo(
+            f"policy endpoint listening on {url}: OpenAI base URL {url}/v1, model {gateway.alias!r}"
+            f" (run {run!r}, checkpoint step {gateway.engine.checkpoint_step}), episode log {gateway.episode_log}",
+            err=True,
+        )
 
     try:
         serve(
@@ -337,8 +345,9 @@ def policy_serve(
             port=port or settings.policy_port,
             token=token,
             upstream=upstream,
+            on_listening=listening,
         )
-    except BackendError as exc:
+    except (BackendError, AddressUnavailable) as exc:
         raise fail(str(exc)) from exc
 
 

@@ -1,12 +1,15 @@
 """The policy endpoint: OpenAI-compatible chat completions from the latest checkpoint, recorded.
 
-    GET  /v1/models                                  the policy under its stable alias ("student") and as student@{step}
+    GET  /v1/models                                  the policy under its stable alias ("student") and as
+                                                     student@{step}, each with its checkpoint_step and its
+                                                     episode_log (the log's URL, any password masked)
     POST /v1/chat/completions                        a completion (or, with stream=true, its events); not recorded
     POST /episodes                                   {"task"} -> a new `policy` episode's id
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
     POST /episodes/{id}/v1/chat/completions          a completion recorded into episode {id} with its
                                                      prompt/completion token ids and per-token logprobs
-    POST /episodes/{id}/end                          {"outcome": success|failure|aborted, "reward"?}
+    POST /episodes/{id}/end                          {"outcome": success|failure|aborted, "reward"?}: the outcome
+                                                     is recorded as MCP's end_episode records it (+1, -1, 0)
 
 An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL produces a policy
 episode whose every assistant turn is exactly what was sampled, which is what GRPO trains on.
@@ -23,12 +26,14 @@ the engine does, when it is built.
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -40,9 +45,10 @@ from starlette.routing import Route
 
 from common.http_auth import check_bind, protect
 from episodes.codec import CHOICE_TAG, encode_choice
-from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused
+from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, mask_url_password
 from episodes.policy_turns import EncodedTurn, RedactedRequest
-from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
+from episodes.rewards import OUTCOME_REWARD
 from episodes.run_records import TurnContext
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
@@ -364,6 +370,8 @@ class Gateway:
         self.store = store
         self.alias = engine.model_id
         self.recorded_model = recorded_model or self.alias
+        self.episode_log = mask_url_password(store.url)
+        """The episode log recorded into, as /v1/models shows it (a password in its URL masked)."""
         self.last_turns = LastTurns()
         self.routes = Starlette(
             routes=[
@@ -378,13 +386,22 @@ class Gateway:
         self.app = protect(self.routes, token, token_env=TOKEN_ENV)
 
     async def models(self, request: Request) -> JSONResponse:
-        """The stable alias, and the checkpoint it serves now by the name ART's vLLM gives it."""
+        """The stable alias, and the checkpoint it serves now by the name ART's vLLM gives it; each
+        model says its checkpoint step and the episode log its recorded calls go to (`episode_log`:
+        fields OpenAI's clients keep as extras)."""
         try:
             step = await anyio.to_thread.run_sync(self.engine.refresh)
         except BadRequest as exc:  # an upstream that serves nothing usable (`ProxyEngine`)
             return _error(exc.status, str(exc), code=exc.code)
         listed = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "rlide", "checkpoint_step": step}
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "rlide",
+                "checkpoint_step": step,
+                "episode_log": self.episode_log,
+            }
             for name in served_names(self.alias, step)
         ]
         return JSONResponse({"object": "list", "data": listed})
@@ -483,21 +500,24 @@ class Gateway:
             return _error(400, "reward must be a number from -1 to 1")
         self.last_turns.forget(episode_id)
         try:
-            episode = await anyio.to_thread.run_sync(self.store.end_episode, episode_id, EpisodeStatus(outcome))
-            if reward is not None:
-                await anyio.to_thread.run_sync(
-                    # The caller that drives the policy judged the episode (its own verifier): a
-                    # verified tests result, as rlide's own run_tests would record one.
-                    lambda: self.store.add_reward(
-                        episode_id, RewardSource.tests, float(reward), "gateway", verified=True
-                    )
-                )
-                episode = await anyio.to_thread.run_sync(self.store.get_episode, episode_id)
+            episode = await anyio.to_thread.run_sync(self._end, episode_id, EpisodeStatus(outcome), reward)
         except EpisodeNotFound as exc:
             return _error(404, str(exc), code="episode_not_found")
         except EpisodeClosed as exc:
             return _error(409, str(exc))
         return JSONResponse(episode.model_dump(mode="json"))
+
+    def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Episode:
+        """End the episode with its outcome reward, as MCP's `end_episode` records it (success +1,
+        failure -1, aborted 0: `episodes.rewards.OUTCOME_REWARD`), then the caller's own reward."""
+        self.store.end_episode(episode_id, status)
+        # The same store calls, in the same order, as mcp_server/tools/episodes.py `end_episode`.
+        self.store.add_reward(episode_id, RewardSource.outcome, OUTCOME_REWARD[status], f"outcome: {status.value}")
+        if reward is not None:
+            # The caller that drives the policy judged the episode (its own verifier): a verified
+            # tests result, as rlide's own run_tests would record one.
+            self.store.add_reward(episode_id, RewardSource.tests, float(reward), "gateway", verified=True)
+        return self.store.get_episode(episode_id)
 
 
 def build_gateway(
@@ -515,6 +535,43 @@ def build_gateway(
     return Gateway(engine, store, token=token, recorded_model=config.run_model_name)
 
 
+class AddressUnavailable(Exception):
+    """The endpoint cannot listen where it was asked to (the port is taken, say); raised before the
+    model loads."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on `host`:`port` (port 0: one the system picks), or `AddressUnavailable`
+    naming the port. Bound before the model loads, so a busy port fails at once, and held while it
+    loads, so nothing takes the port meanwhile (a client that connects then waits for the model)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise AddressUnavailable(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: restarts reuse the port
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressUnavailable(
+                f"port {port} on {host} is already in use (another `rlide policy serve`?): stop what"
+                " listens there, or pick another port with --port or RLIDE_POLICY_PORT"
+            ) from exc
+        raise AddressUnavailable(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    return sock
+
+
+def listening_url(sock: socket.socket) -> str:
+    """The endpoint's root URL on `sock` (its OpenAI base URL is this + /v1)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def serve(
     config: BackendConfig,
     database_url: str,
@@ -523,14 +580,29 @@ def serve(
     port: int = 8766,
     token: str | None = None,
     upstream: str | None = None,
+    on_listening: Callable[[str, Gateway], None] | None = None,
 ) -> None:
     """Run the policy endpoint (wired as `rlide policy serve`). Off loopback a token is required:
-    `InsecureBind` is raised before the model loads."""
+    `InsecureBind` is raised before the model loads, and `AddressUnavailable` when the port is
+    taken. `on_listening(url, gateway)` is called once it accepts requests."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_listening is not None:
+                on_listening(listening_url(sock), gateway)
+
     check_bind(host, token, token_env=TOKEN_ENV)
-    gateway = build_gateway(config, database_url, token=token, upstream=upstream)
-    uvicorn.run(gateway.app, host=host, port=port, log_level="warning")
+    sock = listen(host, port)
+    try:
+        gateway = build_gateway(config, database_url, token=token, upstream=upstream)
+        try:
+            Server(uvicorn.Config(gateway.app, log_level="warning")).run(sockets=[sock])
+        finally:
+            gateway.store.close()
+    finally:
+        sock.close()
 
 
-__all__ = ["Gateway", "build_gateway", "serve"]
+__all__ = ["AddressUnavailable", "Gateway", "build_gateway", "listen", "serve"]

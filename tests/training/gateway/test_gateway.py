@@ -19,7 +19,8 @@ from starlette.testclient import TestClient  # noqa: E402
 
 from episodes.codec import decode_choice  # noqa: E402
 from episodes.db import SQLiteDatabase  # noqa: E402
-from episodes.records import EpisodeStatus  # noqa: E402
+from episodes.records import EpisodeStatus, RewardSource  # noqa: E402
+from episodes.rewards import OUTCOME_REWARD, combine  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
 from training.data.groups import groups_from_log  # noqa: E402
@@ -90,8 +91,10 @@ def test_models_and_plain_completions(setup: tuple[Gateway, TestClient, BackendC
 def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, TestClient, BackendConfig]) -> None:
     gateway, http, config = setup
     store = gateway.store
-    episodes = []
-    for i, reward in enumerate([1.0, -0.5]):
+    episodes, totals = [], []
+    # The caller's own verdict (a verified tests reward) beside the outcome reward MCP's end_episode
+    # would record: the episode's reward is their weighted mean (`episodes.rewards`).
+    for i, (outcome, reward) in enumerate([(EpisodeStatus.success, 1.0), (EpisodeStatus.failure, -0.5)]):
         started = http.post("/episodes", json={"task": "Write a number."})
         assert started.status_code == 201
         episode_id = started.json()["episode_id"]
@@ -123,8 +126,10 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
         assert prefix[:3] == (turns[0].id, 1, len(earlier)) and turns[1].prompt_token_ids[: len(earlier)] == earlier
         assert json.loads(prefix[3])["messages"] == turns[1].request["messages"][1:]
         assert json.loads(prefix[4]) == turns[1].prompt_token_ids[len(earlier) :]
-        ended = http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": reward})
-        assert ended.status_code == 200 and ended.json()["reward_total"] == reward
+        ended = http.post(f"/episodes/{episode_id}/end", json={"outcome": outcome.value, "reward": reward})
+        total = combine({RewardSource.tests: reward, RewardSource.outcome: OUTCOME_REWARD[outcome]})
+        assert ended.status_code == 200 and ended.json()["reward_total"] == pytest.approx(total)
+        totals.append(ended.json()["reward_total"])
         assert (ended.json()["turn_count"], ended.json()["step_count"]) == (2, 0)
         episodes.append(episode_id)
 
@@ -135,7 +140,7 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
     assert (report.steps_trained, report.groups_trained, report.step) == (1, 1, 1)
     [record] = store.runs.training_steps("default")
     assert record.metrics["losses/max_logprob_drift"] < 1e-4
-    assert record.reward_mean == pytest.approx(0.25)
+    assert record.reward_mean == pytest.approx(sum(totals) / 2)
     assert groups_from_log(store, run="default", group_size=2) == []  # consumed
     assert client_for(http).models.list().data[0].model_extra["checkpoint_step"] == 1
     resp = client_for(http).chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}])
