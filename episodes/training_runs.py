@@ -61,6 +61,21 @@ class TrainingRuns:
             self.check_identity(name, identity)
         return self.get_run(name)
 
+    def discard_unused(self, name: str) -> bool:
+        """Remove run `name` if it has recorded nothing: still at step 0, with no consumed or skipped
+        group, step, SFT episode or DPO pair. The worker calls it for a run it created and that failed
+        before training, so a failed start is never shown as the latest run. True if it was removed."""
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute(
+                "DELETE FROM training_runs WHERE name = ? AND step = 0"
+                " AND NOT EXISTS (SELECT 1 FROM training_groups WHERE run = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM training_steps WHERE run = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM training_sft_episodes WHERE run = ?)"
+                " AND NOT EXISTS (SELECT 1 FROM training_dpo_pairs WHERE run = ?) RETURNING name",
+                (name,) * 5,
+            ).fetchone()
+        return row is not None
+
     def identity(self, name: str) -> dict[str, Any] | None:
         """What run `name` was started with (None: no such run). Runs saved before identities existed
         give what their saved config holds."""

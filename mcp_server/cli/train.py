@@ -42,9 +42,14 @@ def _run_name(name: str) -> str:
         raise typer.BadParameter(str(exc)) from exc
 
 
+SETTING_SOURCES = {"backend": "RLIDE_TRAINING_BACKEND", "base_model": "RLIDE_TRAINING_BASE_MODEL"}
+"""The settings behind the two values a run keeps that `rlide train` takes from the environment."""
+
+
 def _backend_config(settings: Settings, run: str) -> Any:
     """The backend of run `run` as it was started (its base model and hyperparameters, from the log),
-    or, for a run not started yet, of the settings."""
+    or, for a run not started yet, of the settings. Where the settings now name another backend or
+    base model, a note on stderr says the run keeps its own."""
     from episodes.db import StoreError
     from episodes.store import EpisodeStore
     from training.backends.base import IDENTITY, BackendConfig
@@ -59,7 +64,46 @@ def _backend_config(settings: Settings, run: str) -> Any:
         store.close()
     kept = {key: value for key, value in started.items() if key in IDENTITY}
     defaults = {"backend": settings.training_backend, "base_model": settings.training_base_model}
+    for key, variable in SETTING_SOURCES.items():
+        if key in kept and kept[key] != defaults[key]:
+            typer.echo(
+                f"note: run {run!r} keeps the {key.replace('_', ' ')} it was started with, {kept[key]!r}"
+                f" ({variable} now says {defaults[key]!r}; --run NEW for a run on that)",
+                err=True,
+            )
     return BackendConfig(path=settings.home / "art", run=run, **{**defaults, **kept})
+
+
+IDENTITY_OPTIONS = {
+    "learning_rate": "--learning-rate",
+    "lora_rank": "--lora-rank",
+    "lora_targets": "--lora-targets",
+    "dtype": "--dtype",
+    "kl_penalty_coef": "--kl-coef",
+}
+"""`rlide train`'s option for each hyperparameter a run keeps (`training.backends.base.IDENTITY`)."""
+
+
+def _settings_refusal(exc: Any, base_model_flag: bool) -> str:
+    """One line for a `RunSettingsChanged`: what the run keeps, where the other value came from, and
+    the two ways on (the run's own value, or a new run)."""
+
+    def shown(value: Any) -> str:
+        return "the default" if value is None else repr(value)
+
+    kept, back = [], []
+    for key, (old, new) in exc.changed.items():
+        if key in SETTING_SOURCES and not (key == "base_model" and base_model_flag):
+            source = SETTING_SOURCES[key]
+            back.append(f"set {source}={old}")
+        else:
+            source = "--base-model" if key == "base_model" else IDENTITY_OPTIONS.get(key, key)
+            back.append(f"leave {source} out" if old is None else f"pass {source} {old}")
+        kept.append(f"its {key.replace('_', ' ')} {shown(old)} ({source} asks for {shown(new)})")
+    return (
+        f"training run {exc.run!r} keeps {' and '.join(kept)}: to resume it, {' and '.join(back)};"
+        f" to train on the new settings, start a new run: --run {exc.new_run}"
+    )
 
 
 @contextlib.contextmanager
@@ -174,7 +218,9 @@ def train(
 ) -> None:
     """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`.
 
-    Prints the worker's report as JSON on stdout when it stops; logs, progress and notices go to stderr."""
+    Prints the worker's report as JSON on stdout when it stops; logs, progress and notices go to stderr.
+    A run keeps the backend, base model and hyperparameters it was started with: resuming it with others
+    is refused before anything loads."""
     if ctx.invoked_subcommand is not None:
         return
     if once == daemon:
@@ -187,7 +233,7 @@ def train(
     from training.scenarios.base import parse_scenario_sets
     from training.worker.config import WorkerConfig
     from training.worker.loop import train as run_worker
-    from training.worker.outcome import WorkerError
+    from training.worker.outcome import RunSettingsChanged, WorkerError
 
     try:
         sets = parse_scenario_sets(scenarios)
@@ -232,6 +278,8 @@ def train(
     try:
         with _stdout_to_stderr():
             report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
+    except RunSettingsChanged as exc:
+        raise fail(_settings_refusal(exc, base_model_flag=base_model is not None)) from exc
     except (WorkerError, BackendError) as exc:
         raise fail(str(exc)) from exc
     finally:

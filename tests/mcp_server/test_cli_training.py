@@ -16,12 +16,26 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from episodes.store import EpisodeStore
 from mcp_server.cli.app import app
 from mcp_server.settings import load_settings
 from tests.conftest import free_port
 from training.backends.base import BackendConfig
 
 runner = CliRunner()
+
+
+def _started_run(name: str = "default", **backend: object) -> BackendConfig:
+    """Run `name` as a worker leaves it once its backend started: its identity pinned in the log."""
+    settings = load_settings()
+    config = BackendConfig(path=settings.home / "art", run=name, **backend)  # type: ignore[arg-type]
+    store = EpisodeStore.open(settings.episode_db_url)
+    try:
+        identity = config.identity()
+        store.runs.ensure_run(name, backend=config.backend, base_model=config.base_model, identity=identity)
+    finally:
+        store.close()
+    return config
 
 
 @pytest.fixture
@@ -31,6 +45,52 @@ def busy_port() -> Iterator[int]:
         other.bind(("127.0.0.1", 0))
         other.listen()
         yield int(other.getsockname()[1])
+
+
+def test_a_run_resumed_on_another_base_model_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, busy_port: int
+) -> None:
+    """RLIDE_TRAINING_BASE_MODEL changed under an existing run: `rlide train` says in one line that the
+    run keeps its base model and both ways on, before anything loads; `eval` and `policy serve` use the
+    run's own base model and say so on stderr."""
+    config = _started_run()
+    monkeypatch.setenv("RLIDE_TRAINING_BASE_MODEL", "smollm2-135m-instruct")
+    for mode in ("--once", "--daemon"):
+        refused = runner.invoke(app, ["train", mode, "--json"])
+        assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit), refused.output
+        assert refused.stdout == ""
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("error: training run 'default' keeps its base model 'tiny-qwen2'"), line
+        assert "(RLIDE_TRAINING_BASE_MODEL asks for 'smollm2-135m-instruct')" in line
+        assert "set RLIDE_TRAINING_BASE_MODEL=tiny-qwen2" in line and line.endswith("--run default-2")
+    flagged = runner.invoke(app, ["train", "--once", "--base-model", "smollm2-135m-instruct", "--lora-rank", "4"])
+    [line] = flagged.stderr.splitlines()
+    assert "its base model 'tiny-qwen2' (--base-model asks for 'smollm2-135m-instruct')" in line
+    assert "its lora rank 8 (--lora-rank asks for 4)" in line
+    assert "pass --base-model tiny-qwen2 and pass --lora-rank 8" in line
+    assert not (config.model_dir() / "base").exists()  # refused before the model loaded
+
+    note = "note: run 'default' keeps the base model it was started with, 'tiny-qwen2'"
+    evaluated = runner.invoke(app, ["eval", "--tasks", "missing.jsonl"])
+    assert evaluated.exit_code == 1 and note in evaluated.stderr and evaluated.stdout == ""
+    served = runner.invoke(app, ["policy", "serve", "--port", str(busy_port)])
+    assert served.exit_code == 1 and note in served.stderr and served.stdout == ""
+
+
+def test_a_failed_start_leaves_the_run_that_trained_as_the_latest() -> None:
+    """`rlide train --run NAME` whose backend cannot start (a base model that is nowhere) records no
+    run: `rlide train status` goes on showing the older one."""
+    pytest.importorskip("torch", reason="the training extra is not installed")
+    _started_run()
+    failed = runner.invoke(app, ["train", "--once", "--run", "bad", "--base-model", "does-not/exist"])
+    assert failed.exit_code == 1 and "base model 'does-not/exist'" in failed.stderr and failed.stdout == ""
+    shown = runner.invoke(app, ["train", "status", "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["run"] == "default"
+    store = EpisodeStore.open(load_settings().episode_db_url)
+    try:
+        assert [r.name for r in store.runs.list_runs()] == ["default"]
+    finally:
+        store.close()
 
 
 def test_policy_serve_refuses_a_busy_port_before_loading_the_model(busy_port: int) -> None:

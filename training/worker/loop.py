@@ -78,7 +78,7 @@ from training.scenarios.base import (
 from training.scenarios.rollout import next_attempt, rollout_groups
 from training.worker.config import WorkerConfig
 from training.worker.metrics import StepMetrics
-from training.worker.outcome import StopReason, WorkerError, WorkerReport
+from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerReport
 from training.worker.run_lock import RunLock
 
 log = structlog.get_logger(__name__)
@@ -121,6 +121,8 @@ class Worker:
         self.store: EpisodeStore | None = None
         self.backend: TrainingBackend | None = None
         self._sft_skip_recorded = False
+        self._created = False
+        """Whether this worker created its run (it did not exist before): see `_discard_if_unused`."""
         self._metrics = StepMetrics(config.backend.model_dir())
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -128,17 +130,19 @@ class Worker:
     def _open(self) -> tuple[EpisodeStore, TrainingBackend, int]:
         cfg = self.config
         store = EpisodeStore.open(cfg.database_url)
+        try:
+            return self._start(store)
+        except BaseException:
+            store.close()
+            raise
+
+    def _start(self, store: EpisodeStore) -> tuple[EpisodeStore, TrainingBackend, int]:
+        cfg = self.config
         identity = cfg.backend.identity()
-        fix = (
-            "resume it with the settings it was started with (`rlide train status` shows them),"
-            f" or train another run: --run {cfg.run}-2"
-        )
         # Refused before the model loads, and the run recorded only once its backend started: a
         # failed start pins nothing.
-        try:
-            store.runs.check_identity(cfg.run, identity)
-        except StoreError as exc:
-            raise WorkerError(f"{exc}: {fix}") from exc
+        started = store.runs.identity(cfg.run)
+        self._check_identity(store, started, identity)
         backend = self._backend or make_backend(cfg.backend)
         ckpt_step = backend.start()
         try:
@@ -148,17 +152,43 @@ class Worker:
             )  # fmt: skip
         except StoreError as exc:  # started with other settings by a worker that won the race
             backend.close()
-            raise WorkerError(f"{exc}: {fix}") from exc
+            self._check_identity(store, store.runs.identity(cfg.run), identity)
+            raise WorkerError(str(exc)) from exc
+        self._created = started is None
         if ckpt_step > run.step:
             log.warning("worker_rollback", run=cfg.run, checkpoint_step=ckpt_step, committed_step=run.step)
             backend.rollback(run.step)
         elif ckpt_step < run.step:
+            backend.close()
             raise WorkerError(
                 f"run {cfg.run!r} is at step {run.step} in the log but the newest checkpoint under "
                 f"{cfg.backend.model_dir()} is step {ckpt_step}: point the backend path at the run's checkpoints,"
                 " or start a new run name"
             )
         return store, backend, run.step
+
+    def _check_identity(self, store: EpisodeStore, started: dict[str, Any] | None, identity: dict[str, Any]) -> None:
+        """Raise `RunSettingsChanged` if the run was started with other values of what it keeps."""
+        changed = {
+            key: (started[key], value)
+            for key, value in identity.items()
+            if started is not None and key in started and started[key] != value
+        }
+        if changed:
+            run = self.config.run
+            free = next(f"{run}-{i}" for i in range(2, 10_000) if store.runs.identity(f"{run}-{i}") is None)
+            raise RunSettingsChanged(run, changed, free)
+
+    def _discard_if_unused(self) -> None:
+        """A run this worker created that failed before it recorded anything is removed, so that a
+        failed start never shows as the latest run (`rlide train status`, MCP `training_status`)."""
+        if self.store is None or not self._created:
+            return
+        try:
+            if self.store.runs.discard_unused(self.config.run):
+                log.info("training_run_discarded", run=self.config.run, reason="failed before training a step")
+        except StoreError as exc:  # the failure being reported matters more than this clean-up
+            log.warning("training_run_discard_failed", run=self.config.run, error=str(exc))
 
     def _scenario_pool(self) -> list[Scenario]:
         """This step's pool: the explicit list, or the built-in sets (read once) plus the log's
@@ -222,6 +252,11 @@ class Worker:
             report = WorkerReport(run=cfg.run, start_step=step, step=step)
             try:
                 self._loop(report, once=once)
+                if report.stop_reason is StopReason.backend_failed:
+                    self._discard_if_unused()
+            except BaseException:
+                self._discard_if_unused()
+                raise
             finally:
                 self.backend.close()
                 self.store.close()

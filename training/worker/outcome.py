@@ -5,10 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class WorkerError(Exception):
     """The worker cannot start or go on; the message says what to do."""
+
+
+class RunSettingsChanged(WorkerError):
+    """A run was asked to resume with another value of what it keeps for life (its backend, base
+    model or a hyperparameter: `training.backends.base.IDENTITY`). Refused before the model loads;
+    `changed` maps each such setting to (the run's value, the value asked for), and `new_run` is a
+    free run name to train the new values under."""
+
+    def __init__(self, run: str, changed: dict[str, tuple[Any, Any]], new_run: str) -> None:
+        self.run = run
+        self.changed = changed
+        self.new_run = new_run
+        kept = "; ".join(f"{key} {old!r} (not {new!r})" for key, (old, new) in changed.items())
+        super().__init__(
+            f"training run {run!r} was started with {kept}, and a run keeps these for life: resume it with"
+            f" the values it was started with (`rlide train status` shows them), or train the new ones as"
+            f" another run: --run {new_run}"
+        )
 
 
 class StopReason(StrEnum):

@@ -16,7 +16,13 @@ from episodes.records import EpisodeStatus, RewardSource  # noqa: E402
 from episodes.run_records import GroupOutcome, RunState  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
 from tests.logdata import external_episode, make_choice, policy_episode  # noqa: E402
-from training.backends.base import BackendConfig, BackendError, NoTrainableData, TrainResult  # noqa: E402
+from training.backends.base import (  # noqa: E402
+    BackendConfig,
+    BackendError,
+    BackendUnavailable,
+    NoTrainableData,
+    TrainResult,
+)
 from training.data.groups import Group, Trajectory, filter_groups, groups_from_log  # noqa: E402
 from training.scenarios.base import Scenario, Verifier  # noqa: E402
 from training.worker.config import WorkerConfig  # noqa: E402
@@ -334,3 +340,58 @@ def test_a_log_scenario_whose_repository_is_gone_is_skipped_counted_and_not_pick
 def test_an_unknown_scenario_set_is_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(WorkerError, match="unknown scenario set 'logs'"):
         train(config(tmp_path, scenarios="humaneval,logs"), once=True, backend=ScriptedBackend(BackendConfig(), ["1"]))
+
+
+class GoneBackend(ScriptedBackend):
+    """A real `TrainingBackend` that starts, then cannot sample: the GPU went away after start-up."""
+
+    def sample(self, messages: list[dict[str, Any]], **kw: Any) -> list[Any]:
+        raise BackendUnavailable("the GPU went away")
+
+
+def test_a_new_run_that_fails_before_training_is_not_left_as_the_latest_run(tmp_path: Path) -> None:
+    """A run whose backend started but that failed before committing anything is removed again, so
+    `rlide train status` and MCP's `training_status` (both `read_status`) keep showing the run that
+    trained; a run that had trained keeps its failure on record."""
+    older = config(tmp_path, max_steps=1)
+    assert train(older, once=True, backend=ScriptedBackend(older.backend, ["12", "ab"]), scenarios=TOY).step == 1
+    fresh = config(tmp_path, run="fresh")
+    with pytest.raises(WorkerError, match="the GPU went away"):
+        train(fresh, once=True, backend=GoneBackend(fresh.backend, ["1"]), scenarios=TOY)
+    flaky = config(tmp_path, run="flaky", max_backend_failures=2, backoff_initial_s=0.01, backoff_max_s=0.01)
+    report = train(flaky, once=True, backend=ScriptedBackend(flaky.backend, ["12", "ab"], fail_times=9), scenarios=TOY)
+    assert report.stop_reason is StopReason.backend_failed
+    store = EpisodeStore.open(older.database_url)
+    try:
+        assert [r.name for r in store.runs.list_runs()] == ["default"]
+        assert (read_status(store).run, read_status(store).step) == ("default", 1)
+    finally:
+        store.close()
+
+    gone = GoneBackend(older.backend, ["1"])
+    gone.step = 1  # resumes at its checkpoint
+    with pytest.raises(WorkerError, match="the GPU went away"):  # the run that trained keeps its record
+        train(older, once=True, backend=gone, scenarios=TOY)
+    store = EpisodeStore.open(older.database_url)
+    try:
+        status = read_status(store)
+        assert (status.run, status.step, status.state, status.message) == (
+            "default",
+            1,
+            RunState.failed,
+            "the GPU went away",
+        )
+    finally:
+        store.close()
+
+
+def test_only_a_run_that_recorded_nothing_is_discarded(any_store: EpisodeStore) -> None:
+    runs = any_store.runs
+    for name in ("empty", "skipped", "trained"):
+        runs.ensure_run(name, backend="cpu", base_model="tiny-qwen2")
+    runs.commit_training_step(
+        "skipped", step=0, outcomes={"g": GroupOutcome.zero_variance}, reward_mean=1.0, reward_std=0.0
+    )
+    runs.commit_training_step("trained", step=1, outcomes={"g": GroupOutcome.trained}, reward_mean=0.5, reward_std=0.5)
+    assert [runs.discard_unused(n) for n in ("empty", "skipped", "trained", "never")] == [True, False, False, False]
+    assert sorted(r.name for r in runs.list_runs()) == ["skipped", "trained"]
