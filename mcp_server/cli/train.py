@@ -297,16 +297,32 @@ def _report_dict(report: Any) -> dict[str, Any]:
 @train_app.command("status")
 def train_status(
     run: Annotated[str | None, typer.Option(help="Run name (default: the most recently updated).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='The status as one JSON object; before any run exists, {"run": null, "message": "..."}'
+            " (exit status 0).",
+        ),
+    ] = False,
 ) -> None:
-    """Step, recent rewards, groups trained or skipped, and where the reward chart is."""
+    """Step, recent rewards, groups trained or skipped, and where the reward chart is.
+
+    Before any run exists it says how to start one and exits 0 (with --json: {"run": null, "message": ...});
+    a --run that does not exist is an error (exit 1)."""
     from episodes.db import StoreError
-    from training.worker.status import read_status
+    from training.worker.status import NoTrainingRun, read_status
 
     settings = cli_settings()
     store = open_store()
     try:
         status = read_status(store, run)
+    except NoTrainingRun as exc:  # nothing trained yet is a state, not an error
+        if as_json:
+            typer.echo(json.dumps({"run": None, "message": str(exc)}, indent=2))
+        else:
+            typer.echo(str(exc))
+        return
     except StoreError as exc:
         raise fail(str(exc)) from exc
     finally:

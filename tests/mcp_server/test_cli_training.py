@@ -77,6 +77,19 @@ def test_a_run_resumed_on_another_base_model_is_refused_in_one_line(
     assert served.exit_code == 1 and note in served.stderr and served.stdout == ""
 
 
+def test_train_status_before_any_run_is_an_empty_state_not_an_error() -> None:
+    shown = runner.invoke(app, ["train", "status", "--json"])
+    assert shown.exit_code == 0, shown.output
+    state = json.loads(shown.stdout)
+    assert state["run"] is None and "rlide train --once" in state["message"]
+    human = runner.invoke(app, ["train", "status"])
+    assert human.exit_code == 0 and "no training run yet" in human.stdout
+    missing = runner.invoke(app, ["train", "status", "--run", "nope", "--json"])  # a named run is looked up
+    assert missing.exit_code == 1 and "no training run named 'nope'" in missing.stderr
+    help_text = runner.invoke(app, ["train", "status", "--help"]).stdout
+    assert '"run": null' in help_text
+
+
 def test_a_failed_start_leaves_the_run_that_trained_as_the_latest() -> None:
     """`rlide train --run NAME` whose backend cannot start (a base model that is nowhere) records no
     run: `rlide train status` goes on showing the older one."""
