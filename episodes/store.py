@@ -195,6 +195,16 @@ class EpisodeStore:
             raise EpisodeClosed(episode)
         return episode
 
+    def end_with_outcome(self, episode_id: str, status: EpisodeStatus, summary: str | None = None) -> float | None:
+        """End an episode and record its outcome as a reward (success +1, failure -1, aborted 0:
+        `OUTCOME_REWARD`), as MCP's `end_episode` and the policy endpoint's `/end` both do; returns
+        that reward (None for a status without one)."""
+        self.end_episode(episode_id, status, summary)
+        reward = OUTCOME_REWARD.get(status)
+        if reward is not None:
+            self.add_reward(episode_id, RewardSource.outcome, reward, f"outcome: {status.value}")
+        return reward
+
     def list_episodes(
         self,
         query: EpisodeQuery | None = None,

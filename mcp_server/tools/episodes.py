@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from episodes.db import EpisodeClosed, EpisodeNotFound
 from episodes.records import Episode, EpisodeStatus, RewardSource, StateKind
-from episodes.rewards import OUTCOME_REWARD
 from mcp_server.capture import capture
 from mcp_server.middleware import client_name, note_step
 from mcp_server.result_size import clip, fit_count
@@ -148,17 +147,14 @@ async def end_episode(
         # The end state first: the episode's solution is in the log before it says it ended.
         if (await state.recorder.run(state.store.get_episode, target)).status is EpisodeStatus.open:
             await state.recorder.run(capture, state.store, state.settings.served_workspace, target, StateKind.end)
-        episode = await state.recorder.run(state.store.end_episode, target, status, summary)
+        reward = await state.recorder.run(state.store.end_with_outcome, target, status, summary)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes to see valid ids") from exc
     except EpisodeClosed as exc:
         raise ToolError(f"{exc}; start_episode begins a new one") from exc
     state.recorder.unbind(target)
     state.recorder.ended(state.recorder.session_key(ctx.request_context), target)
-    reward = OUTCOME_REWARD.get(status)
-    if reward is not None:
-        await state.recorder.run(state.store.add_reward, target, RewardSource.outcome, reward, f"outcome: {outcome}")
-        episode = await state.recorder.run(state.store.get_episode, target)
+    episode = await state.recorder.run(state.store.get_episode, target)
     if status is EpisodeStatus.success and (summary or not episode.implicit):
         # An implicit episode's task is a placeholder: only its summary can say what was solved.
         await _remember(state, target)

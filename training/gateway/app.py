@@ -48,7 +48,6 @@ from episodes.codec import CHOICE_TAG, encode_choice
 from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, mask_url_password
 from episodes.policy_turns import EncodedTurn, RedactedRequest
 from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
-from episodes.rewards import OUTCOME_REWARD
 from episodes.run_records import TurnContext
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
@@ -508,11 +507,9 @@ class Gateway:
         return JSONResponse(episode.model_dump(mode="json"))
 
     def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Episode:
-        """End the episode with its outcome reward, as MCP's `end_episode` records it (success +1,
-        failure -1, aborted 0: `episodes.rewards.OUTCOME_REWARD`), then the caller's own reward."""
-        self.store.end_episode(episode_id, status)
-        # The same store calls, in the same order, as mcp_server/tools/episodes.py `end_episode`.
-        self.store.add_reward(episode_id, RewardSource.outcome, OUTCOME_REWARD[status], f"outcome: {status.value}")
+        """End the episode with its outcome reward, as MCP's `end_episode` records it
+        (`EpisodeStore.end_with_outcome`), then the caller's own reward."""
+        self.store.end_with_outcome(episode_id, status)
         if reward is not None:
             # The caller that drives the policy judged the episode (its own verifier): a verified
             # tests result, as rlide's own run_tests would record one.
