@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,8 @@ import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types import Tool as MCPTool
 
 from episodes.db import EpisodeNotFound
@@ -20,6 +23,7 @@ from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub
 from mcp_server.logs import configure_logging
 from mcp_server.middleware import EpisodeRecorder, RecordingMiddleware, ResultSizeLimit
+from mcp_server.prompts import PROMPTS
 from mcp_server.schema import inline_refs
 from mcp_server.settings import Settings, load_settings
 from mcp_server.state import AppState, app_state
@@ -62,7 +66,17 @@ class RlideServer(MCPServer[AppState]):
     """MCPServer that publishes inlined schemas (no `$defs`/`$ref`), which every IDE host accepts, and
     passes text arguments through as sent (`_StringsStayStrings`)."""
 
+    async def get_prompt(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        # An unknown name is the caller's mistake: invalid params (-32602), not an internal error
+        # with a traceback on stderr.
+        if self._prompt_manager.get_prompt(name) is None:
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(INVALID_PARAMS, f"unknown prompt {name!r}: the prompts are {known}")
+        return await super().get_prompt(name, *args, **kwargs)
+
     def add_tool(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        # A docstring's own indentation is not the model's to read (every line after the first kept it).
+        kwargs.setdefault("description", inspect.cleandoc(fn.__doc__ or ""))
         super().add_tool(fn, *args, **kwargs)
         tool = self._tool_manager.get_tool(kwargs.get("name") or fn.__name__)
         assert tool is not None
@@ -126,6 +140,8 @@ def build_server(settings: Settings | None = None) -> RlideServer:
     )
     for fn, hints in (*episodes.TOOLS, *execute.TOOLS, *search.TOOLS, *training.TOOLS):
         server.add_tool(fn, annotations=hints, structured_output=True)
+    for prompt, name, title in PROMPTS:
+        server.prompt(name=name, title=title)(prompt)
 
     @server.resource(
         "episode://{episode_id}",

@@ -41,9 +41,16 @@ def serve(
     host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (default 8765).")] = None,
     banner: Annotated[bool, typer.Option("--banner", help="Print how to register this server (stderr).")] = False,
+    workspace: Annotated[
+        Path | None, typer.Option(help="Project folder to serve (RLIDE_WORKSPACE; default: the current folder).")
+    ] = None,
 ) -> None:
     """Run the MCP server (stdio by default: this is what IDE hosts launch)."""
     settings = http_settings(host, port)
+    if workspace is not None:
+        if not workspace.expanduser().is_dir():
+            raise fail(f"--workspace {workspace} is not a folder")
+        settings = settings.model_copy(update={"workspace": workspace.expanduser().resolve()})
     from episodes.db import StoreError
     from episodes.store import EpisodeStore
     from mcp_server.server import build_server
@@ -225,6 +232,10 @@ def install(
         raise fail(str(exc)) from exc
     if dry_run:
         echo_json(result.config)
+        # Nothing was written: say what would have been, on stderr (stdout holds the configuration).
+        would = {"created": "would create", "updated": "would update", "unchanged": "would leave unchanged"}
+        typer.echo(f"dry run, nothing written: {would[result.action]} {result.path}", err=True)
+        return
     typer.echo(f"{result.action}: {result.path}" + (f" (backup: {result.backup})" if result.backup else ""))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

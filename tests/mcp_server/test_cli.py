@@ -187,6 +187,10 @@ def test_install_prints_and_writes(home: Path, tmp_path: Path, monkeypatch: pyte
     printed = runner.invoke(app, ["install", "cursor", "--print"])
     assert printed.exit_code == 0
     assert "serve" in json.loads(printed.stdout)["mcpServers"]["rlide"]["args"]
+    planned = runner.invoke(app, ["install", "cursor", "--dry-run"])
+    assert planned.exit_code == 0 and "rlide" in json.loads(planned.stdout)["mcpServers"]  # JSON alone on stdout
+    assert "nothing written: would create" in planned.stderr and "created" not in planned.stdout
+    assert not (fake_home / ".cursor" / "mcp.json").exists()
     first = runner.invoke(app, ["install", "cursor"])
     assert first.exit_code == 0 and first.stdout.startswith("created:")
     again = runner.invoke(app, ["install", "cursor"])

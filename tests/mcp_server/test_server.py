@@ -244,3 +244,24 @@ print(",".join(heavy))
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+@pytest.mark.anyio
+async def test_prompts_an_ide_shows_and_an_unknown_one_is_invalid_params(client: Client) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    listed = {p.name: p for p in (await client.list_prompts()).prompts}
+    assert set(listed) == {"fix-failing-tests", "start-task"}
+    assert [a.name for a in listed["start-task"].arguments or []] == ["task"]
+    fix = await client.get_prompt("fix-failing-tests", {"test_command": "pytest -x tests/"})
+    text = fix.messages[0].content.text  # type: ignore[union-attr]
+    assert 'test_command="pytest -x tests/"' in text and "end_episode" in text
+    with pytest.raises(MCPError) as refused:
+        await client.get_prompt("no-such-prompt", {})
+    assert refused.value.code == -32602 and "fix-failing-tests" in refused.value.message
+
+
+@pytest.mark.anyio
+async def test_tool_descriptions_carry_no_docstring_indentation(client: Client) -> None:
+    for tool in (await client.list_tools()).tools:
+        assert tool.description and "\n    " not in tool.description, tool.name

@@ -219,3 +219,22 @@ def test_no_pool_helper_is_started_for_a_sandbox_that_cannot_run(
     assert "code execution is unavailable here" in result["content"][0]["text"], result
     children = psutil.Process(server.proc.pid).children(recursive=True)
     assert not [c.pid for c in children if "forkserver" in " ".join(c.cmdline())]
+
+
+@pytest.mark.anyio
+async def test_serve_takes_the_workspace_to_serve(rlide_exe: Path, rlide_env: dict[str, str], tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    params = StdioServerParameters(
+        command=str(rlide_exe), args=["serve", "--workspace", str(project)], env=rlide_env, cwd=str(tmp_path)
+    )
+    with open(tmp_path / "server.stderr", "w") as errlog, anyio.fail_after(60):
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            status = await call_ok(client, "index_status", {})
+            assert status["workspace"] == str(project.resolve())
+    refused = subprocess.run(
+        [str(rlide_exe), "serve", "--workspace", str(tmp_path / "nope")],
+        env={**os.environ, **rlide_env}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "is not a folder" in refused.stderr and refused.stdout == ""
