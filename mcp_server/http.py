@@ -21,12 +21,13 @@ from mcp_server.settings import Settings
 log = structlog.get_logger(__name__)
 
 TOKEN_ENV = "RLIDE_HTTP_TOKEN"
+MIB = 1024 * 1024
 
 
 def build_http_app(server: RlideServer, settings: Settings) -> Any:
     token = settings.http_token.get_secret_value() if settings.http_token else None
     check_bind(settings.http_host, token, token_env=TOKEN_ENV)
-    mcp_app = server.streamable_http_app(host=settings.http_host)
+    mcp_app = server.streamable_http_app(host=settings.http_host, max_request_body_size=settings.http_max_body_mb * MIB)
     return guarded_app(settings, list(mcp_app.routes), mcp_app.router.lifespan_context)
 
 

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     )
     pool_envs: int = Field(4, ge=1, le=256, description="Sandboxed environments in the execution pool.")
     memory_store: Literal["sqlite", "turbopuffer"] = Field("sqlite", description="Code index store.")
+    http_max_body_mb: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="Largest request body the HTTP transport takes, in MiB (run_code/run_tests files travel in it);"
+        " a larger one is refused with 413 naming this setting.",
+    )
     index_on_start: bool = Field(
         True,
         description="Index the served workspace in the background when the server starts (keyword search first,"

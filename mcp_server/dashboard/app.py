@@ -98,6 +98,12 @@ def guarded_app(
             dashboard.close()
 
     app = Starlette(routes=[*dashboard.routes(lambda: holder[0]), *(extra_routes or [])], lifespan=lifespan)
-    guard = HttpGuard(app, token=token, token_env=TOKEN_ENV, bind_host=settings.http_host)
+    guard = HttpGuard(
+        app,
+        token=token,
+        token_env=TOKEN_ENV,
+        bind_host=settings.http_host,
+        max_mcp_body=settings.http_max_body_mb * 1024 * 1024,
+    )
     holder.append(guard)
     return guard

@@ -47,11 +47,14 @@ def _host_name(host_header: str) -> str:
 class HttpGuard:
     """The dashboard's and the MCP endpoint's access rules (module docstring), as ASGI middleware."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, token_env: str, bind_host: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str | None, token_env: str, bind_host: str, max_mcp_body: int | None = None
+    ) -> None:
         self.app = app
         self.token = token or None
         self.token_env = token_env
         self.loopback_only = bind_host in LOOPBACK_HOSTS
+        self.max_mcp_body = max_mcp_body
 
     def token_matches(self, supplied: str | None) -> bool:
         return self.token is not None and supplied is not None and hmac.compare_digest(supplied, self.token)
@@ -74,14 +77,14 @@ class HttpGuard:
     def _refusal(self, request: Request) -> Response | None:
         path = request.url.path
         if is_mcp(path):
-            if self.token is None or self._bearer(request):
-                return None
-            return Response(
-                unauthorized_body(self.token_env),
-                401,
-                media_type="application/json",
-                headers={"www-authenticate": 'Bearer realm="rlide"'},
-            )
+            if self.token is not None and not self._bearer(request):
+                return Response(
+                    unauthorized_body(self.token_env),
+                    401,
+                    media_type="application/json",
+                    headers={"www-authenticate": 'Bearer realm="rlide"'},
+                )
+            return self._too_large(request)
         if self.loopback_only and _host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
             return JSONResponse({"error": "this dashboard answers only to a loopback Host (127.0.0.1, localhost)"}, 403)
         if request.method not in SAFE_METHODS:
@@ -99,6 +102,19 @@ class HttpGuard:
         return JSONResponse(
             {"error": f"sign in: send Authorization: Bearer ${self.token_env}, or open /login with that token"}, 401
         )
+
+    def _too_large(self, request: Request) -> Response | None:
+        """413 for an MCP request that declares a body over the limit, naming the limit and its setting
+        (the SDK's own check says only "Request body too large")."""
+        declared = request.headers.get("content-length", "")
+        if self.max_mcp_body is None or not declared.isdigit() or int(declared) <= self.max_mcp_body:
+            return None
+        message = (
+            f"request body of {int(declared)} bytes is over this server's limit of"
+            f" {self.max_mcp_body // (1024 * 1024)} MiB (RLIDE_HTTP_MAX_BODY_MB): send fewer or smaller files"
+            " per call, or raise the limit"
+        )
+        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}, 413)
 
     @staticmethod
     def _cross_site(request: Request, path: str) -> str | None:

@@ -220,3 +220,24 @@ def test_loopback_bind_refuses_foreign_host_and_origin(http_server: Callable[...
     assert _post(server.url, INITIALIZE, {"Origin": "http://evil.example"})[0] == 403
     assert _post(server.url, INITIALIZE, {"Host": f"localhost:{server.port}"})[0] == 200
     assert _post(server.url, INITIALIZE, {"Origin": f"http://{local}"})[0] == 200
+
+
+def test_a_large_run_code_body_fits_and_an_oversized_one_names_the_limit(rlide_home: Path) -> None:
+    """stdio took a run_code with 5 MB of files while HTTP refused it (the SDK's 4 MiB default, with
+    "Request body too large"): the limit is now a setting, 32 MiB by default, and the refusal names it."""
+    files = {f"data_{i}.txt": "x" * 1_000_000 for i in range(5)}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "run_code", "arguments": {"code": "print(1)", "files": files}},
+    }
+    headers = {"Accept": "application/json, text/event-stream"}
+    for limit, expected in ((32, 200), (2, 413)):
+        settings = load_settings(http_max_body_mb=limit, index_on_start=False)
+        with TestClient(build_http_app(build_server(settings), settings), base_url="http://127.0.0.1:8765") as http:
+            response = http.post("/mcp", json=call, headers=headers)
+            assert response.status_code != 413 if expected == 200 else response.status_code == 413, response.text
+            if expected == 413:
+                message = response.json()["error"]["message"]
+                assert "limit of 2 MiB" in message and "RLIDE_HTTP_MAX_BODY_MB" in message
