@@ -46,3 +46,18 @@ def configure_logging(settings: Settings) -> None:
     root.setLevel(settings.log_level)
     # The SDK logs every anticipated ToolError at INFO; that is the model's business, not ours.
     logging.getLogger("mcp.server.mcpserver.server").setLevel(max(logging.WARNING, root.level))
+
+
+def quiet_libraries() -> None:
+    """The training libraries' chatter off, before they are imported: Hugging Face's progress bars
+    ("Loading weights", "Writing model shards" on every checkpoint), their FutureWarnings about
+    their own internals, and matplotlib's "generated new fontManager". A command's own progress and
+    rlide's logs still go to stderr; `TRANSFORMERS_VERBOSITY` and the like, when set, win."""
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for module in ("transformers", "peft", "torch", "trl", "accelerate"):
+        warnings.filterwarnings("ignore", category=FutureWarning, module=module)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)

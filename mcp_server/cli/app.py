@@ -32,6 +32,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 episodes_app = typer.Typer(help="Inspect, export and curate the episode log.", no_args_is_help=True)
+
+
+@app.callback()
+def _logs_never_on_stdout() -> None:
+    # structlog's default logger prints to stdout, where `--json` output (and the stdio transport)
+    # goes: until a command configures logging, a library's warning goes to stderr instead.
+    import structlog
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+
+
 app.add_typer(episodes_app, name="episodes")
 
 

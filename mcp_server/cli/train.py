@@ -226,9 +226,10 @@ def train(
     if once == daemon:
         raise fail("choose exactly one of --once and --daemon (or `rlide train status`)")
     settings = cli_settings()
-    from mcp_server.logs import configure_logging
+    from mcp_server.logs import configure_logging, quiet_libraries
 
     configure_logging(settings)
+    quiet_libraries()
     from training.backends.base import BackendError
     from training.scenarios.base import parse_scenario_sets
     from training.worker.config import WorkerConfig
@@ -388,9 +389,10 @@ def policy_serve(
         check_bind(bind, token, token_env="RLIDE_POLICY_TOKEN")  # before the model loads
     except InsecureBind as exc:
         raise fail(str(exc)) from exc
-    from mcp_server.logs import configure_logging
+    from mcp_server.logs import configure_logging, quiet_libraries
 
     configure_logging(settings)
+    quiet_libraries()
     from training.backends.base import BackendError
     from training.gateway.app import AddressUnavailable, Gateway, serve
 
@@ -446,9 +448,10 @@ def evaluate(
     if split not in (None, "heldout", "train"):
         raise fail("--split is heldout or train")
     settings = cli_settings()
-    from mcp_server.logs import configure_logging
+    from mcp_server.logs import configure_logging, quiet_libraries
 
     configure_logging(settings)
+    quiet_libraries()
     from envpool.sandbox import SandboxError
     from training.backends.base import BackendError
     from training.scenarios.base import VerifierUnavailable

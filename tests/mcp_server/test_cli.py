@@ -347,3 +347,36 @@ def test_eval_refuses_tasks_the_run_trained_on_before_loading_anything(home: Pat
     assert bad.exit_code == 1 and "line 13: field 'prompt': Field required" in bad.stderr
     split = runner.invoke(app, ["eval", "--tasks", str(tasks), "--split", "train"])
     assert split.exit_code == 1 and "a task file is evaluated whole" in split.stderr
+
+
+def test_run_json_is_alone_on_stdout_when_the_sandbox_logs(
+    rlide_exe: Path, rlide_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A sandbox warning (here: the unsafe-local backend's; in the wild: a sandbox server dying) went
+    to stdout before the JSON, since `rlide run` never configured logging."""
+    program = tmp_path / "hello.py"
+    program.write_text("print('hi')\n")
+    done = subprocess.run(
+        [str(rlide_exe), "run", "--json", str(program)],
+        env={**os.environ, **rlide_env, "RLIDE_SANDBOX": "unsafe-local"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stdout"] == "hi\n"
+    assert "sandbox.unsafe_local" in done.stderr
+
+
+def test_training_commands_print_no_library_chatter(rlide_exe: Path, rlide_env: dict[str, str]) -> None:
+    """Progress bars on every checkpoint and the libraries' FutureWarnings filled the worker's stderr
+    (and its journal); rlide's own log lines remain."""
+    env = {**os.environ, **rlide_env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [str(rlide_exe), "train", "--once", "--scenarios", "toy"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["steps_trained"] == 1
+    assert "it/s]" not in done.stderr and "FutureWarning" not in done.stderr, done.stderr[-2000:]
+    assert "training_step" in done.stderr
