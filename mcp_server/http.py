@@ -7,10 +7,13 @@ and cross-site rules in `mcp_server.dashboard.guard`.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import structlog
 import uvicorn
+from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp_types import JSONRPCMessage
 
 from common.http_auth import BearerAuth, check_bind
 from common.http_auth import InsecureBind as HttpConfigError
@@ -24,10 +27,47 @@ TOKEN_ENV = "RLIDE_HTTP_TOKEN"
 MIB = 1024 * 1024
 
 
+class RecentEvents(EventStore):
+    """The SSE events of the last `capacity` messages, kept in memory so a client whose stream
+    dropped (a laptop lid, a proxy timeout) during a long run_tests reconnects with `Last-Event-ID`
+    and gets what it missed. Event ids are one counter over all streams; the oldest events go first.
+    A server restart forgets them (the client then retries the call)."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._events: deque[tuple[int, StreamId, JSONRPCMessage | None]] = deque(maxlen=capacity)
+        self._next = 0
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        self._next += 1
+        self._events.append((self._next, stream_id, message))
+        return str(self._next)
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        if not last_event_id.isdigit():
+            return None
+        last = int(last_event_id)
+        stream = next((s for n, s, _ in self._events if n == last), None)
+        if stream is None:
+            return None  # unknown, or too old: kept no longer
+        for number, stream_id, message in list(self._events):
+            if number > last and stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, str(number)))
+        return stream
+
+
+RETRY_MS = 2_000
+"""The reconnection delay the server asks of a client whose stream dropped (SSE `retry:`)."""
+
+
 def build_http_app(server: RlideServer, settings: Settings) -> Any:
     token = settings.http_token.get_secret_value() if settings.http_token else None
     check_bind(settings.http_host, token, token_env=TOKEN_ENV)
-    mcp_app = server.streamable_http_app(host=settings.http_host, max_request_body_size=settings.http_max_body_mb * MIB)
+    mcp_app = server.streamable_http_app(
+        host=settings.http_host,
+        max_request_body_size=settings.http_max_body_mb * MIB,
+        event_store=RecentEvents(),
+        retry_interval=RETRY_MS,
+    )
     return guarded_app(settings, list(mcp_app.routes), mcp_app.router.lifespan_context)
 
 

@@ -241,3 +241,53 @@ def test_a_large_run_code_body_fits_and_an_oversized_one_names_the_limit(rlide_h
             if expected == 413:
                 message = response.json()["error"]["message"]
                 assert "limit of 2 MiB" in message and "RLIDE_HTTP_MAX_BODY_MB" in message
+
+
+def _sse_events(text: str) -> list[dict[str, str]]:
+    events, current = [], {}
+    for line in text.splitlines():
+        if not line:
+            if current:
+                events.append(current)
+            current = {}
+            continue
+        field, _, value = line.partition(":")
+        current[field] = current.get(field, "") + value.strip()
+    if current:
+        events.append(current)
+    return events
+
+
+def test_a_dropped_stream_is_resumed_with_last_event_id(http_server: Any) -> None:
+    """Streams carry event ids and a retry delay, and a client reconnecting with Last-Event-ID gets
+    the result it missed (a long run_tests whose stream dropped could not be resumed before)."""
+    import httpx
+
+    server = http_server(RLIDE_INDEX_ON_START="false")
+    accept = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+        init = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": "2025-11-25"}}
+        opened = http.post("/mcp", json=init, headers=accept)
+        assert opened.status_code == 200, opened.text
+        session = {"Mcp-Session-Id": opened.headers["mcp-session-id"], **accept}
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"code": "print(6 * 7)"}}}  # fmt: skip
+        streamed = http.post("/mcp", json=call, headers=session)
+        events = _sse_events(streamed.text)
+        priming, *rest = events
+        assert priming.get("data", "") == "" and priming["id"].isdigit() and priming["retry"] == "2000"
+        [result] = [e for e in rest if '"id":7' in e.get("data", "").replace(" ", "")]
+        assert "42" in result["data"]
+
+        # The client saw only the priming event before its connection dropped: it reconnects.
+        # The replay stream stays open for what comes next: read until the missed event arrives.
+        lines: list[str] = []
+        with http.stream("GET", "/mcp", headers={**session, "Last-Event-ID": priming["id"]}) as replayed:
+            assert replayed.status_code == 200
+            for line in replayed.iter_lines():
+                lines.append(line)
+                if line.startswith("data:") and line.strip() != "data:":
+                    break
+        again = [e for e in _sse_events("\n".join(lines)) if e.get("data")]
+        assert [e["id"] for e in again] == [result["id"]] and "42" in again[0]["data"]
