@@ -52,15 +52,16 @@ else
   say ".venv is up to date"
 fi
 
-# --- node tools (the MCP Inspector CLI, an independent MCP client for the tests) ------------------
+# --- node tools for the tests: the MCP Inspector CLI (an independent client), the conformance suite ---
 if command -v npm >/dev/null; then
-  if ! cmp -s scripts/inspector/package-lock.json .tools/package-lock.json || [[ ! -x .tools/node_modules/.bin/mcp-inspector ]]; then
-    say "installing the MCP Inspector into .tools/"
+  if ! cmp -s scripts/node-tools/package-lock.json .tools/package-lock.json \
+      || [[ ! -x .tools/node_modules/.bin/mcp-inspector || ! -x .tools/node_modules/.bin/conformance ]]; then
+    say "installing the Node test tools (MCP Inspector, conformance suite, Node 22) into .tools/"
     mkdir -p .tools
-    cp scripts/inspector/package.json scripts/inspector/package-lock.json .tools/
+    cp scripts/node-tools/package.json scripts/node-tools/package-lock.json .tools/
     (cd .tools && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   fi
 else
-  say "WARNING: npm not found: the MCP Inspector tests will be skipped (apt-get install nodejs npm)"
+  say "WARNING: npm not found: the MCP Inspector and conformance tests will be skipped (apt-get install nodejs npm)"
 fi
 say "ready: $ROOT/.venv/bin/rlide"
