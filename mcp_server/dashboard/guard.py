@@ -18,12 +18,13 @@ One ASGI middleware in front of everything `rlide serve --http` and `rlide dashb
 from __future__ import annotations
 
 import hmac
+import json
 from urllib.parse import urlencode
 
 from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.http_auth import LOOPBACK_HOSTS, unauthorized_body
 
@@ -72,7 +73,42 @@ class HttpGuard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
+        if is_mcp(request.url.path) and request.method == "POST":
+            await self._checked_envelope(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+    async def _checked_envelope(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass an MCP POST on, unless its body is JSON but no JSON-RPC message: that is an invalid
+        request (-32600) in one line, where the SDK answered invalid params (-32602) with a page of
+        pydantic errors. Unparseable JSON stays the SDK's to answer (-32700)."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body.extend(message.get("body", b""))
+            oversized = self._too_large(Request(scope), len(body))  # a body sent without its length
+            if oversized is not None:
+                await oversized(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        problem, request_id = envelope_problem(bytes(body))
+        if problem is not None:
+            error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32600, "message": problem}}
+            await JSONResponse(error, 400)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     def _refusal(self, request: Request) -> Response | None:
         path = request.url.path
@@ -103,14 +139,15 @@ class HttpGuard:
             {"error": f"sign in: send Authorization: Bearer ${self.token_env}, or open /login with that token"}, 401
         )
 
-    def _too_large(self, request: Request) -> Response | None:
-        """413 for an MCP request that declares a body over the limit, naming the limit and its setting
-        (the SDK's own check says only "Request body too large")."""
+    def _too_large(self, request: Request, size: int | None = None) -> Response | None:
+        """413 for an MCP request whose body (`size`, else as declared) is over the limit, naming the
+        limit and its setting (the SDK's own check says only "Request body too large")."""
         declared = request.headers.get("content-length", "")
-        if self.max_mcp_body is None or not declared.isdigit() or int(declared) <= self.max_mcp_body:
+        size = size if size is not None else (int(declared) if declared.isdigit() else None)
+        if self.max_mcp_body is None or size is None or size <= self.max_mcp_body:
             return None
         message = (
-            f"request body of {int(declared)} bytes is over this server's limit of"
+            f"request body of {size} bytes is over this server's limit of"
             f" {self.max_mcp_body // (1024 * 1024)} MiB (RLIDE_HTTP_MAX_BODY_MB): send fewer or smaller files"
             " per call, or raise the limit"
         )
@@ -136,3 +173,31 @@ class HttpGuard:
         assert self.token is not None
         response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
         return response
+
+
+def envelope_problem(body: bytes) -> tuple[str | None, str | int | None]:
+    """Why `body`, when it is JSON, is no JSON-RPC message an MCP server takes (None when it is one,
+    or when it is not JSON at all), and the request id to answer with."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, None
+    if not isinstance(data, dict):
+        return "Invalid Request: send one JSON-RPC message, a JSON object (batches are not supported)", None
+    raw_id = data.get("id")
+    request_id = (
+        raw_id if isinstance(raw_id, str) or (isinstance(raw_id, int) and not isinstance(raw_id, bool)) else None
+    )
+    if data.get("jsonrpc") != "2.0":
+        return 'Invalid Request: "jsonrpc" must be "2.0"', request_id
+    if "method" in data:
+        if not isinstance(data["method"], str) or not data["method"]:
+            return 'Invalid Request: "method" must be a non-empty string', request_id
+        if "id" in data and request_id is None:
+            return 'Invalid Request: "id" must be a string or an integer', None
+        if "params" in data and not isinstance(data["params"], dict):
+            return 'Invalid Request: "params" must be an object', request_id
+        return None, request_id
+    if ("result" in data or "error" in data) and request_id is not None:
+        return None, request_id  # a client's response to a server request
+    return 'Invalid Request: a request needs a "method" (a response, an "id" and a "result" or "error")', request_id

@@ -291,3 +291,32 @@ def test_a_dropped_stream_is_resumed_with_last_event_id(http_server: Any) -> Non
                     break
         again = [e for e in _sse_events("\n".join(lines)) if e.get("data")]
         assert [e["id"] for e in again] == [result["id"]] and "42" in again[0]["data"]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"jsonrpc": "2.0", "id": 1}, '"method"'),
+        ({"foo": 1}, '"jsonrpc" must be "2.0"'),
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], "batches are not supported"),
+        ({"jsonrpc": "1.0", "id": 1, "method": "ping"}, '"jsonrpc" must be "2.0"'),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, '"method" must be'),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]}, '"params" must be an object'),
+        ({"jsonrpc": "2.0", "id": True, "method": "ping"}, '"id" must be'),
+    ],
+)
+def test_an_invalid_envelope_is_an_invalid_request(rlide_home: Path, body: Any, says: str) -> None:
+    """JSON that is no JSON-RPC message is -32600 Invalid Request, in one line (the SDK said -32602
+    with a page of validation errors); the request's id is echoed when it has a valid one."""
+    settings = load_settings(index_on_start=False)
+    with TestClient(build_http_app(build_server(settings), settings), base_url="http://127.0.0.1:8765") as http:
+        response = http.post("/mcp", json=body, headers={"Accept": "application/json, text/event-stream"})
+        assert response.status_code == 400
+        error = response.json()
+        assert error["error"]["code"] == -32600 and says in error["error"]["message"], error
+        assert "\n" not in error["error"]["message"]
+        expected_id = body.get("id") if isinstance(body, dict) and not isinstance(body.get("id"), bool) else None
+        assert error["id"] == expected_id
+        parse = http.post("/mcp", content=b"not json", headers={"Accept": "application/json, text/event-stream",
+                                                                "Content-Type": "application/json"})  # fmt: skip
+        assert parse.json()["error"]["code"] == -32700  # unparseable stays a parse error
