@@ -208,9 +208,20 @@ def install(
         Path | None,
         typer.Option(help="Project folder the server serves (RLIDE_WORKSPACE); Claude Desktop starts servers in /."),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Register a running `rlide serve --http` by its URL (e.g. http://127.0.0.1:8765/mcp)."),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --url: an HTTP header NAME=VALUE, repeatable; the value is written as given, so use the"
+            " host's variable syntax for a token (Cursor: 'Authorization=Bearer ${env:RLIDE_HTTP_TOKEN}')."
+        ),
+    ] = None,
 ) -> None:
     """Register rlide as an MCP server in an IDE host's configuration (merged, backed up, idempotent)."""
-    from mcp_server.cli.install import Host, InstallError, config_path, default_launch, render
+    from mcp_server.cli.install import Host, InstallError, RemoteServer, config_path, default_launch, render
     from mcp_server.cli.install import install as install_into
 
     try:
@@ -219,8 +230,18 @@ def install(
         raise fail(f"unknown host {host!r}: choose one of {', '.join(h.value for h in Host)}") from exc
     if scope not in ("user", "project"):
         raise fail("--scope is user or project")
+    if header and url is None:
+        raise fail("--header needs --url (headers are sent to a remote server)")
+    bad = [h for h in header or [] if "=" not in h or not h.split("=", 1)[0].strip()]
+    if bad:
+        raise fail(f"--header takes NAME=VALUE, got {bad[0]!r}")
     try:
-        launch = default_launch(workspace)
+        if url is not None:
+            headers = dict((h.split("=", 1)[0].strip(), h.split("=", 1)[1]) for h in header or [])
+            launch: Any = RemoteServer(url, headers)
+            render(chosen, launch, name=name)  # a host that takes no remote server says so before anything else
+        else:
+            launch = default_launch(workspace)
     except InstallError as exc:
         raise fail(str(exc)) from exc
     if print_only:
@@ -250,7 +271,7 @@ def install(
     typer.echo(f"{result.action}: {result.path}" + (f" (backup: {result.backup})" if result.backup else ""))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
-    if chosen is Host.claude_desktop and workspace is None:
+    if chosen is Host.claude_desktop and workspace is None and url is None:
         typer.echo(
             "note: Claude Desktop starts servers in /, where rlide serves no workspace (search_code and run_tests"
             " need one): unless RLIDE_WORKSPACE is already in this entry's env, run again with --workspace PATH",

@@ -28,6 +28,7 @@ __all__ = [
     "Host",
     "InstallError",
     "InstallResult",
+    "RemoteServer",
     "Scope",
     "ServerLaunch",
     "config_path",
@@ -65,6 +66,28 @@ class ServerLaunch:
         # relative command would resolve differently there than in the shell that ran install.
         if not Path(self.command).is_absolute():
             raise ValueError(f"ServerLaunch.command must be an absolute path, got {self.command!r}")
+
+
+@dataclass(frozen=True)
+class RemoteServer:
+    """A running `rlide serve --http` for hosts that connect to a URL instead of starting a process."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")) or "/" not in self.url.split("://", 1)[1]:
+            raise InstallError(f"--url {self.url!r} is not an http(s) URL with a path, e.g. http://127.0.0.1:8765/mcp")
+
+
+# How each host spells a streamable-HTTP server entry; Claude Desktop's file takes none (remote
+# servers are added in its Settings > Connectors), so it is missing here on purpose.
+_REMOTE_TYPE: dict[Host, str | None] = {
+    Host.cursor: None,  # {"url": ..., "headers": ...}
+    Host.claude_code: "http",
+    Host.vscode: "http",
+    Host.roopik: "streamable-http",
+}
 
 
 @dataclass(frozen=True)
@@ -175,7 +198,19 @@ def config_path(
     return app_data.joinpath(*_ROOPIK_DIO_SETTINGS, "mcp_settings.json")
 
 
-def _entry(host: Host, launch: ServerLaunch) -> dict[str, Any]:
+def _entry(host: Host, launch: ServerLaunch | RemoteServer) -> dict[str, Any]:
+    if isinstance(launch, RemoteServer):
+        if host not in _REMOTE_TYPE:
+            raise InstallError(
+                f"{_FORMATS[host].label} takes remote servers only in its settings (Settings > Connectors), not in"
+                " its config file: register the stdio server instead (leave out --url)"
+            )
+        kind = _REMOTE_TYPE[host]
+        remote: dict[str, Any] = {"type": kind} if kind else {}
+        remote["url"] = launch.url
+        if launch.headers:
+            remote["headers"] = dict(launch.headers)
+        return remote
     entry: dict[str, Any] = {"type": "stdio"} if _FORMATS[host].stdio_type else {}
     entry["command"] = launch.command
     entry["args"] = list(launch.args)
@@ -184,7 +219,7 @@ def _entry(host: Host, launch: ServerLaunch) -> dict[str, Any]:
     return entry
 
 
-def render(host: Host, launch: ServerLaunch, *, name: str = "rlide") -> dict[str, Any]:
+def render(host: Host, launch: ServerLaunch | RemoteServer, *, name: str = "rlide") -> dict[str, Any]:
     """The snippet to paste into the host's config: `{servers_key: {name: entry}}`."""
     host = Host(host)
     _check_name(name)
@@ -352,7 +387,7 @@ def _write_atomic(path: Path, data: bytes, mode: int, *, expected: bytes | None)
 
 def install(
     host: Host,
-    launch: ServerLaunch,
+    launch: ServerLaunch | RemoteServer,
     *,
     home: Path,
     scope: Scope = "user",

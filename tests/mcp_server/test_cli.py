@@ -197,6 +197,19 @@ def test_install_prints_and_writes(home: Path, tmp_path: Path, monkeypatch: pyte
     assert again.stdout.startswith("unchanged:")
     bad = runner.invoke(app, ["install", "emacs"])
     assert bad.exit_code == 1 and "choose one of" in bad.stderr
+    remote = runner.invoke(
+        app, ["install", "cursor", "--url", "http://127.0.0.1:8765/mcp", "--header", "Authorization=Bearer ${env:T}"]
+    )
+    assert remote.exit_code == 0 and remote.stdout.startswith("updated:"), remote.output
+    entry = json.loads((fake_home / ".cursor" / "mcp.json").read_text())["mcpServers"]["rlide"]
+    assert entry == {"url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer ${env:T}"}}
+    for command, says in [
+        (["install", "claude-desktop", "--url", "http://127.0.0.1:8765/mcp"], "Connectors"),
+        (["install", "cursor", "--header", "A=b"], "--header needs --url"),
+        (["install", "cursor", "--url", "http://h/mcp", "--header", "novalue"], "NAME=VALUE"),
+    ]:
+        refused = runner.invoke(app, command)
+        assert refused.exit_code == 1 and says in refused.stderr, (command, refused.output)
 
 
 def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 from mcp_server.cli.install import (
     Host,
     InstallError,
+    RemoteServer,
     ServerLaunch,
     config_path,
     default_launch,
@@ -473,3 +474,42 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clients"
 def test_examples_match_render(host: Host) -> None:
     placeholder = ServerLaunch(command="/home/you/.venv/bin/rlide", args=["serve"], env={})
     assert json.loads((EXAMPLES / f"{host.value}.json").read_text()) == render(host, placeholder)
+
+
+REMOTE_SHAPE = {
+    Host.cursor: {},
+    Host.claude_code: {"type": "http"},
+    Host.vscode: {"type": "http"},
+    Host.roopik: {"type": "streamable-http"},
+}
+
+
+@pytest.mark.parametrize("host", list(REMOTE_SHAPE))
+def test_a_remote_entry_replaces_the_stdio_one_in_each_hosts_spelling(
+    host: Host, home: Path, launch: ServerLaunch
+) -> None:
+    path = user_path(host, home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    do_install(host, launch, home)  # the stdio entry first, with a key a user added by hand
+    config = json.loads(path.read_text())
+    config[SERVERS_KEY[host]]["rlide"]["disabled"] = False
+    path.write_text(json.dumps(config))
+    remote = RemoteServer("http://127.0.0.1:8765/mcp", {"Authorization": "Bearer ${env:RLIDE_HTTP_TOKEN}"})
+    assert do_install(host, remote, home).action == "updated"
+    entry = json.loads(path.read_text())[SERVERS_KEY[host]]["rlide"]
+    assert entry == {
+        **REMOTE_SHAPE[host],
+        "url": "http://127.0.0.1:8765/mcp",
+        "headers": {"Authorization": "Bearer ${env:RLIDE_HTTP_TOKEN}"},
+        "disabled": False,
+    }
+    assert do_install(host, remote, home).action == "unchanged"
+
+
+def test_claude_desktop_and_bad_urls_are_refused_before_anything_is_written(home: Path) -> None:
+    with pytest.raises(InstallError, match="Connectors"):
+        do_install(Host.claude_desktop, RemoteServer("http://127.0.0.1:8765/mcp"), home)
+    assert not user_path(Host.claude_desktop, home).exists()
+    for bad in ("127.0.0.1:8765/mcp", "ftp://host/mcp", "http://host"):
+        with pytest.raises(InstallError, match="not an http"):
+            RemoteServer(bad)
