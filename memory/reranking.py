@@ -9,6 +9,8 @@ expects:
   test asserting the message, a changelog entry quoting it).
 - Tests, docs, examples and changelogs stay searchable but rank below the implementation unless the
   query asks for them ("the test for X", "docs", "changelog"); `kind=` filters them outright.
+- A name written as code in the query (`stop_before_delay`, `TTLCache`) is matched as a name: the
+  chunk of that symbol (or of its class) is preferred to one that only mentions it.
 - One slot per symbol: the other chunks of a symbol already listed are dropped from the ranking.
 """
 
@@ -66,6 +68,13 @@ _TRACEBACK_LINE = re.compile(r'File "([^"]+)", line \d+, in (\w+)')
 _LOG_LINE = re.compile(r"^\s*(?:ERROR|WARNING|WARN|CRITICAL|FATAL)\b[:\s]", re.MULTILINE)
 
 
+# snake_case (one underscore at least), camelCase, CamelCase with two capitals: a name, not a word.
+_IDENTIFIER = re.compile(
+    r"\b(?:[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]*"
+    r"|(?=[A-Za-z0-9]*[a-z])[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*)\b"
+)
+
+
 @dataclass(frozen=True)
 class QueryIntent:
     literals: tuple[str, ...]
@@ -75,6 +84,8 @@ class QueryIntent:
     traceback_functions: tuple[str, ...]
     wants_tests: bool
     wants_docs: bool
+    identifiers: tuple[str, ...] = ()
+    """Names written as code (snake_case, camelCase, CamelCase): a symbol of that name answers."""
 
     @property
     def is_error(self) -> bool:
@@ -93,6 +104,7 @@ def read_query(query: str) -> QueryIntent:
         traceback_functions=tuple(dict.fromkeys(m[2] for m in _TRACEBACK_LINE.finditer(query))),
         wants_tests=bool(_WANTS_TESTS.search(query)),
         wants_docs=bool(_WANTS_DOCS.search(query)),
+        identifiers=tuple(dict.fromkeys(m[0] for m in _IDENTIFIER.finditer(query))),
     )
 
 
@@ -122,6 +134,8 @@ def literal_overlap(text: str, literals: tuple[str, ...]) -> int:
 
 
 NON_CODE_FACTOR = 0.35
+NAMED_SYMBOL_FACTOR = 2.0
+"""A chunk whose symbol (or its class) the query names as code: its score doubles."""
 """A test's or doc's fused score is scaled by this unless the query asks for tests or docs."""
 MATCH_SCALE = 24.0
 """Within a tier, characters of matched message per unit of bonus: 24 matched characters double a score."""
@@ -147,6 +161,8 @@ def rerank(query: str, hits: list[Hit], k: int, *, kind: ChunkKind | None = None
         if not wanted:
             score *= NON_CODE_FACTOR
         tier = 0
+        if intent.identifiers and chunk_kind is ChunkKind.code and _names(hit.symbol) & set(intent.identifiers):
+            score *= NAMED_SYMBOL_FACTOR
         if intent.is_error and chunk_kind is ChunkKind.code:
             overlap = literal_overlap(hit.text, intent.literals)
             if overlap and overlap >= needed:
@@ -167,3 +183,8 @@ def rerank(query: str, hits: list[Hit], k: int, *, kind: ChunkKind | None = None
         if len(out) == k:
             break
     return out
+
+
+def _names(symbol: str) -> set[str]:
+    """`Class.method` -> {"Class", "method"}."""
+    return set(symbol.split(".")) if symbol else set()

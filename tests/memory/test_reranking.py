@@ -40,7 +40,7 @@ def check_age(issued_at, max_age, now=None):
 def sign(value, key):
     return value + "." + key[::-1]
 ''',
-    "tests/test_tokens.py": '''
+    "tests/test_tokens.py": """
 import pytest
 
 from tokenkit.errors import TokenExpired
@@ -54,7 +54,7 @@ def test_check_age_refuses_an_old_token():
 
 def test_check_age_returns_the_age():
     assert check_age(0, 10, now=5) == 5
-''',
+""",
     "docs/usage.rst": """
 Token age
 =========
@@ -151,6 +151,17 @@ def test_literal_overlap_reads_fstrings_and_percent_formats() -> None:
 
 def _hit(chunk: str, path: str, symbol: str, score: float) -> Hit:
     return Hit(chunk, path, 1, 10, "python", symbol, "def f(): pass", score)
+
+
+def test_a_name_written_as_code_prefers_its_symbol() -> None:
+    assert read_query("does stop_before_delay count the next sleep").identifiers == ("stop_before_delay",)
+    assert read_query("how does TTLCache expire items").identifiers == ("TTLCache",)
+    assert read_query("How are keys rotated").identifiers == ()
+    hits = [
+        _hit("use", "retry.py", "Retrying.__call__", 0.9),  # mentions the name
+        _hit("def", "stop.py", "stop_before_delay.__call__", 0.6),  # is it
+    ]
+    assert [h.chunk_id for h in rerank("what does stop_before_delay do", hits, 2)] == ["def", "use"]
 
 
 def test_one_slot_per_symbol() -> None:
