@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,11 @@ class BwrapSandbox(PooledForkServerSandbox):
         if home == "/usr" or home.startswith("/usr/"):
             return [], os.path.join(home, "bin", version)  # already inside the /usr bind
         binds = ["--perms", "0755", "--dir", "/opt", "--ro-bind", home, SANDBOX_PYTHON_HOME]
+        if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+            # An interpreter built --enable-shared (pyenv's, many distributions') finds libpython
+            # through a RUNPATH naming its host prefix, which the sandbox does not have: point the
+            # loader at the bound copy (the server passes it on to the runs' own processes).
+            binds += ["--setenv", "LD_LIBRARY_PATH", f"{SANDBOX_PYTHON_HOME}/lib"]
         return binds, f"{SANDBOX_PYTHON_HOME}/bin/{version}"
 
     def fd_payload(self) -> bytes | None:

@@ -411,6 +411,8 @@ class Server:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
         }
+        if "LD_LIBRARY_PATH" in os.environ:  # set by bwrap for a shared-libpython interpreter
+            env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
         # The project's own dependencies first (its pinned pytest and plugins too), then the folders
         # of the workspace its .pth files add (an editable install's src, where Python's site would
         # put them: after the site), then pytest and friends; the sites read-only (see bwrap.py).
