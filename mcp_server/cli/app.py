@@ -37,10 +37,13 @@ episodes_app = typer.Typer(help="Inspect, export and curate the episode log.", n
 @app.callback()
 def _logs_never_on_stdout() -> None:
     # structlog's default logger prints to stdout, where `--json` output (and the stdio transport)
-    # goes: until a command configures logging, a library's warning goes to stderr instead.
+    # goes: until a command configures logging, a library's warning goes to stderr instead. A
+    # configuration already made (by configure_logging, or a host program) is left as it is, and
+    # stderr is looked up when a logger is made, not now.
     import structlog
 
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    if not structlog.is_configured():
+        structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr))
 
 
 app.add_typer(episodes_app, name="episodes")
