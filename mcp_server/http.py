@@ -15,7 +15,6 @@ import uvicorn
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp_types import JSONRPCMessage
 
-from common.http_auth import BearerAuth, check_bind
 from common.http_auth import InsecureBind as HttpConfigError
 from mcp_server.dashboard.app import guarded_app
 from mcp_server.server import RlideServer
@@ -23,7 +22,6 @@ from mcp_server.settings import Settings
 
 log = structlog.get_logger(__name__)
 
-TOKEN_ENV = "RLIDE_HTTP_TOKEN"
 MIB = 1024 * 1024
 
 
@@ -60,8 +58,6 @@ RETRY_MS = 2_000
 
 
 def build_http_app(server: RlideServer, settings: Settings) -> Any:
-    token = settings.http_token.get_secret_value() if settings.http_token else None
-    check_bind(settings.http_host, token, token_env=TOKEN_ENV)
     mcp_app = server.streamable_http_app(
         host=settings.http_host,
         max_request_body_size=settings.http_max_body_mb * MIB,
@@ -88,4 +84,4 @@ def run_app(app: Any, settings: Settings, *, what: str) -> None:
     uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False, lifespan="on")
 
 
-__all__ = ["BearerAuth", "HttpConfigError", "build_http_app", "run_app", "serve_http"]
+__all__ = ["HttpConfigError", "build_http_app", "run_app", "serve_http"]

@@ -16,14 +16,13 @@ def dashboard(
 ) -> None:
     """Serve the dashboard alone (`rlide serve --http` serves it too, at /, beside the MCP endpoint)."""
     settings = http_settings(host, port)
-    from common.http_auth import InsecureBind, check_bind
+    from common.http_auth import InsecureBind
     from episodes.db import StoreError
-    from mcp_server.dashboard.app import TOKEN_ENV, guarded_app
+    from mcp_server.dashboard.app import guarded_app
     from mcp_server.http import run_app
 
     token = settings.http_token.get_secret_value() if settings.http_token else None
     try:
-        check_bind(settings.http_host, token, token_env=TOKEN_ENV)
         app = guarded_app(settings)
     except (InsecureBind, StoreError) as exc:
         raise fail(str(exc)) from exc

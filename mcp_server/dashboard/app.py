@@ -15,17 +15,17 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from common.http_auth import check_bind
 from episodes.store import EpisodeStore
 from mcp_server.dashboard.api import DashboardApi
-from mcp_server.dashboard.guard import HttpGuard
+from mcp_server.dashboard.guard import TOKEN_ENV, HttpGuard, login_response, token_matches
 from mcp_server.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
-TOKEN_ENV = "RLIDE_HTTP_TOKEN"
 
 _LOGIN = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>rlide: sign in</title>
 <link rel="stylesheet" href="/static/app.css"></head><body class="login"><main>
@@ -43,7 +43,7 @@ class Dashboard:
         self.store = EpisodeStore.open(settings.episode_db_url, settings.weights)
         self.api = DashboardApi(self.store, settings.home / "memory", str(settings.public_dict()["database_url"]))
 
-    def routes(self, guard: Callable[[], HttpGuard]) -> list[BaseRoute]:
+    def routes(self, token: str | None) -> list[BaseRoute]:
         async def index(request: Request) -> Response:
             return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
 
@@ -51,13 +51,12 @@ class Dashboard:
             if request.method == "GET":
                 return _login_page(request.query_params.get("next", "/"))
             form = await request.form()
-            token, target = str(form.get("token", "")), str(form.get("next", "/"))
-            current = guard()
-            if current.token is None:
-                return current.login_response("/")  # no token configured: nothing to sign in to
-            if not current.token_matches(token):
+            supplied, target = str(form.get("token", "")), str(form.get("next", "/"))
+            if token is None:
+                return RedirectResponse("/", 303)  # no token configured: nothing to sign in to
+            if not token_matches(token, supplied):
                 return _login_page(target, "That token is not this server's.", status=401)
-            return current.login_response(target)
+            return login_response(token, target)
 
         return [
             Route("/", index),
@@ -81,10 +80,11 @@ def guarded_app(
     inner_lifespan: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None,
 ) -> HttpGuard:
     """The dashboard (and `extra_routes`: the MCP endpoint) behind `HttpGuard`; `inner_lifespan` runs
-    inside the dashboard's own (the MCP session manager's)."""
+    inside the dashboard's own (the MCP session manager's). Refuses (`InsecureBind`) a non-loopback
+    bind without a token, before anything is opened."""
     token = settings.http_token.get_secret_value() if settings.http_token else None
+    check_bind(settings.http_host, token, token_env=TOKEN_ENV)
     dashboard = Dashboard(settings)
-    holder: list[HttpGuard] = []
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -97,13 +97,11 @@ def guarded_app(
         finally:
             dashboard.close()
 
-    app = Starlette(routes=[*dashboard.routes(lambda: holder[0]), *(extra_routes or [])], lifespan=lifespan)
-    guard = HttpGuard(
+    app = Starlette(routes=[*dashboard.routes(token), *(extra_routes or [])], lifespan=lifespan)
+    return HttpGuard(
         app,
         token=token,
         token_env=TOKEN_ENV,
         bind_host=settings.http_host,
         max_mcp_body=settings.http_max_body_mb * 1024 * 1024,
     )
-    holder.append(guard)
-    return guard

@@ -28,6 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.http_auth import LOOPBACK_HOSTS, unauthorized_body
 
+TOKEN_ENV = "RLIDE_HTTP_TOKEN"
+"""The variable holding the token of `rlide serve --http` and `rlide dashboard`."""
 COOKIE = "rlide_token"
 ACTION_HEADER = "x-rlide-request"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -57,12 +59,9 @@ class HttpGuard:
         self.loopback_only = bind_host in LOOPBACK_HOSTS
         self.max_mcp_body = max_mcp_body
 
-    def token_matches(self, supplied: str | None) -> bool:
-        return self.token is not None and supplied is not None and hmac.compare_digest(supplied, self.token)
-
     def _bearer(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
-        return header.startswith("Bearer ") and self.token_matches(header[len("Bearer ") :])
+        return header.startswith("Bearer ") and token_matches(self.token, header[len("Bearer ") :])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -129,11 +128,11 @@ class HttpGuard:
                 return JSONResponse({"error": cross}, 403)
         if self.token is None or path in PUBLIC_PATHS or self._bearer(request):
             return None
-        if self.token_matches(request.cookies.get(COOKIE)):
+        if token_matches(self.token, request.cookies.get(COOKIE)):
             return None
         if request.method == "GET" and not path.startswith("/api/"):
-            if self.token_matches(request.query_params.get("token")):
-                return self.login_response(request.url.remove_query_params("token"))
+            if token_matches(self.token, request.query_params.get("token")):
+                return login_response(self.token, request.url.remove_query_params("token"))
             return RedirectResponse("/login?" + urlencode({"next": path}), 303)
         return JSONResponse(
             {"error": f"sign in: send Authorization: Bearer ${self.token_env}, or open /login with that token"}, 401
@@ -166,13 +165,18 @@ class HttpGuard:
             return f"actions need the {ACTION_HEADER.title()}: 1 header (the dashboard page sends it)"
         return None
 
-    def login_response(self, to: URL | str) -> Response:
-        """Redirect to `to` with the token kept in an HttpOnly, SameSite=Strict cookie."""
-        target = to.path + (f"?{to.query}" if to.query else "") if isinstance(to, URL) else to
-        response = RedirectResponse(target if target.startswith("/") and not target.startswith("//") else "/", 303)
-        assert self.token is not None
-        response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
-        return response
+
+def token_matches(expected: str | None, supplied: str | None) -> bool:
+    """Whether `supplied` is the server's token (compared in constant time); never without one."""
+    return expected is not None and supplied is not None and hmac.compare_digest(supplied, expected)
+
+
+def login_response(token: str, to: URL | str) -> Response:
+    """Redirect to `to` (a path on this server) with `token` kept in an HttpOnly, SameSite=Strict cookie."""
+    target = to.path + (f"?{to.query}" if to.query else "") if isinstance(to, URL) else to
+    response = RedirectResponse(target if target.startswith("/") and not target.startswith("//") else "/", 303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    return response
 
 
 def envelope_problem(body: bytes) -> tuple[str | None, str | int | None]:
