@@ -58,21 +58,21 @@ _WANTS_DOCS = re.compile(
     re.IGNORECASE,
 )
 _QUOTED = re.compile(r"\"([^\"\n]{4,})\"|'([^'\n]{4,})'|`([^`\n]{4,})`")
+# A class-like name: a capital, another capital later, a lower-case letter somewhere (TTLCache,
+# SignatureExpired; not HTTP, not Note).
+_CAMEL_CASE = r"(?=[A-Za-z0-9]*[a-z])[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*"
 # "KeyError: 'x'", "itsdangerous.exc.BadData: Invalid base64-encoded data", "SignatureExpired: ...":
-# an exception's name (dotted, or CamelCase with two capitals, or a usual suffix), a colon, a message.
+# an exception's name (dotted, or CamelCase, or a usual suffix), a colon, a message.
 _ERROR_LINE = re.compile(
-    r"^\s*((?:[\w]+\.)+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Warning|Exit|Timeout))\s*:\s*(\S.*)$",
+    rf"^\s*((?:[\w]+\.)+[A-Z]\w*|{_CAMEL_CASE}|[A-Z]\w*(?:Error|Exception|Warning|Exit|Timeout))\s*:\s*(\S.*)$",
     re.MULTILINE,
 )
 _TRACEBACK_LINE = re.compile(r'File "([^"]+)", line \d+, in (\w+)')
 _LOG_LINE = re.compile(r"^\s*(?:ERROR|WARNING|WARN|CRITICAL|FATAL)\b[:\s]", re.MULTILINE)
 
 
-# snake_case (one underscore at least), camelCase, CamelCase with two capitals: a name, not a word.
-_IDENTIFIER = re.compile(
-    r"\b(?:[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]*"
-    r"|(?=[A-Za-z0-9]*[a-z])[A-Z][A-Za-z0-9]*[A-Z][A-Za-z0-9]*)\b"
-)
+# snake_case (one underscore at least), camelCase, CamelCase: a name, not a word.
+_IDENTIFIER = re.compile(rf"\b(?:[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]*|{_CAMEL_CASE})\b")
 
 
 @dataclass(frozen=True)
@@ -134,22 +134,21 @@ def literal_overlap(text: str, literals: tuple[str, ...]) -> int:
 
 
 NON_CODE_FACTOR = 0.35
+"""A test's or doc's fused score is scaled by this unless the query asks for tests or docs."""
 NAMED_SYMBOL_FACTOR = 2.0
 """A chunk whose symbol (or its class) the query names as code: its score doubles."""
-"""A test's or doc's fused score is scaled by this unless the query asks for tests or docs."""
 MATCH_SCALE = 24.0
 """Within a tier, characters of matched message per unit of bonus: 24 matched characters double a score."""
 MIN_MESSAGE_MATCH = 12
 """Characters of a pasted message a chunk must write to be a raise site (or half the message, if shorter)."""
 
 
-def rerank(query: str, hits: list[Hit], k: int, *, kind: ChunkKind | None = None) -> list[Hit]:
-    """`hits` (fused, best first) ordered by the rules above; the top `k`.
+def rerank(intent: QueryIntent, hits: list[Hit], k: int, *, kind: ChunkKind | None = None) -> list[Hit]:
+    """`hits` (fused, best first) ordered by the rules above for the query `intent` reads; the top `k`.
 
     For an error query, code that raises or logs the pasted text forms the first tier, code that
     writes part of it (or is a function the traceback names) the second, ordered within by how much
     of the message they write; everything else follows by score."""
-    intent = read_query(query)
     needed = min(MIN_MESSAGE_MATCH, max((len(lit) for lit in intent.literals), default=0) // 2)
     scored: list[tuple[int, float, int, Hit]] = []
     for position, hit in enumerate(hits):

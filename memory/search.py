@@ -50,7 +50,8 @@ def search(
     fused to RERANK_DEPTH candidates, which the query's rules (memory.reranking) then order."""
     tokens = query_tokens(query)
     wide = max(k * 3, RERANK_DEPTH)
-    if read_query(query).is_error:
+    intent = read_query(query)
+    if intent.is_error:
         weights = ERROR_WEIGHTS  # the words of a message are matched exactly, not paraphrased
     if mode is Mode.KEYWORD or embedder is None:
         used, hits = Mode.KEYWORD, store.keyword_search(tokens, wide, filters)
@@ -67,7 +68,7 @@ def search(
     else:
         vector = embedder.embed_query(query)
         used, hits = Mode.HYBRID, store.hybrid_search(tokens, vector, wide, filters, max(depth, k), weights)
-    return rerank(query, hits, k, kind=kind), used
+    return rerank(intent, hits, k, kind=kind), used
 
 
 @functools.cache
