@@ -382,9 +382,9 @@ class TrainingRuns:
 
     # -- evaluations: `rlide eval` reports, charted over a run's checkpoints --------------------------
 
-    def record_eval(self, name: str, report: dict[str, Any]) -> EvalRecord:
-        """Keep one eval report (`EvalReport.to_dict()`) of run `name`."""
-        tasks = str(report["tasks"]) if report.get("tasks") != "humaneval" else f"humaneval-{report.get('split')}"
+    def record_eval(self, name: str, tasks: str, report: dict[str, Any]) -> EvalRecord:
+        """Keep one eval report (`EvalReport.to_dict()`) of run `name` on the task set `tasks`
+        (`EvalReport.set_name`, as the run's charts name it)."""
         now = time.time()
         values = (name, report.get("checkpoint_step"), tasks, str(report["model"]), int(report["n"]),
                   int(report["passed"]), float(report["pass_at_1"]), json.dumps(report), now)  # fmt: skip

@@ -490,12 +490,10 @@ def evaluate(
     finally:
         runner.close()
     if report.checkpoint_step is not None:  # beside the run's training curves (training/worker/metrics.py)
-        from pathlib import Path
-
         from training.worker.metrics import StepMetrics
 
         charts = StepMetrics(config.model_dir())
-        name = Path(report.tasks).stem if report.tasks != "humaneval" else f"humaneval-{report.split}"
+        name = report.set_name
         figures = {f"eval/{name}/pass@1": report.pass_at_1}
         if report.samples > 1:
             figures[f"eval/{name}/pass@{report.samples}"] = report.pass_at(report.samples)
@@ -503,7 +501,7 @@ def evaluate(
         charts.close()
     store = open_store()  # the dashboard charts each run's evals over its checkpoints
     try:
-        store.runs.record_eval(run, report.to_dict())
+        store.runs.record_eval(run, report.set_name, report.to_dict())
     finally:
         store.close()
     typer.echo(json.dumps(report.to_dict(), indent=2))

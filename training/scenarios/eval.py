@@ -209,6 +209,11 @@ class EvalReport:
         return len(self.results)
 
     @property
+    def set_name(self) -> str:
+        """The task set as charts and the log name it: humaneval-heldout, or a task file's stem."""
+        return f"humaneval-{self.split}" if self.tasks == "humaneval" else Path(self.tasks).stem
+
+    @property
     def passed(self) -> int:
         """Tasks with at least one correct sample."""
         return sum(r.passed for r in self.results)

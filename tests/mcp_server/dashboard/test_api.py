@@ -204,7 +204,7 @@ def test_training_and_evals_and_index(client: TestClient, log: Any, rlide_home: 
     store.runs.ensure_run("r1", backend="cpu", base_model="tiny-qwen2")
     report = {"tasks": "humaneval", "split": "heldout", "model": "student@0", "checkpoint_step": 0, "n": 3,
               "passed": 1, "pass_at_1": 1 / 3, "ci95": {"low": 0.06, "high": 0.79}}  # fmt: skip
-    store.runs.record_eval("r1", report)
+    store.runs.record_eval("r1", "humaneval-heldout", report)
     run = client.get("/api/training/r1").json()
     assert run["status"]["run"] == "r1" and run["steps"] == []
     assert [(e["tasks"], e["step"], e["passed"], e["ci95"]["high"]) for e in run["evals"]] == [

@@ -48,6 +48,7 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
     ids = seed(store)
     store.runs.record_eval(
         "default",
+        "humaneval-heldout",
         {"tasks": "humaneval", "split": "heldout", "model": "student@3", "checkpoint_step": 3, "n": 33, "passed": 5,
          "pass_at_1": 5 / 33, "ci95": {"low": 0.07, "high": 0.31}},
     )  # fmt: skip
