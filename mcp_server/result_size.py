@@ -62,10 +62,10 @@ def clip(text: str | None, limit: int) -> str | None:
     return text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
-def fit_count(build: Callable[[int], Result], limit: int, count: int) -> tuple[Result, int]:
-    """The result of the first `count` items that fits `limit` (`build(n)` makes it of the first
-    n), with that n: a listing answers with fewer items and a next offset instead of a size error.
-    Never fewer than one item (a single item over the limit is the middleware's to report)."""
+def fit_count(build: Callable[[int], Result], limit: int, count: int) -> Result:
+    """The result of the first n <= `count` items that fits `limit` (`build(n)` makes it): a listing
+    answers with fewer items and a next offset instead of a size error. Never fewer than one item (a
+    single item over the limit is the middleware's to report)."""
     result = build(count)
     while count > 1:
         size = model_result_chars(result)
@@ -73,4 +73,4 @@ def fit_count(build: Callable[[int], Result], limit: int, count: int) -> tuple[R
             break
         count = max(1, min(count - 1, int(count * limit / size * FIT_MARGIN)))
         result = build(count)
-    return result, count
+    return result

@@ -133,13 +133,13 @@ class WorkspaceHub:
             created = self._services[root] = MemoryService(config)
             return created
 
-    def index_in_background(self) -> threading.Thread | None:
-        """Start indexing the served workspace without blocking the caller (the server's start):
-        opening the index and its embedder takes a while, the sync itself runs in the service's own
-        thread. None without a served workspace."""
+    def index_in_background(self) -> None:
+        """Start indexing the served workspace, if there is one, without blocking the caller (the
+        server's start): opening the index and its embedder takes a while, the sync itself runs in
+        the service's own thread."""
         root = self.default_root
         if root is None:
-            return None
+            return
 
         def start() -> None:
             try:
@@ -147,9 +147,7 @@ class WorkspaceHub:
             except Exception as exc:  # a broken index must not stop the server: index_status reports it later
                 log.warning("index_on_start_failed", workspace=str(root), error=str(exc))
 
-        thread = threading.Thread(target=start, name="rlide-index-on-start", daemon=True)
-        thread.start()
-        return thread
+        threading.Thread(target=start, name="rlide-index-on-start", daemon=True).start()
 
     def remember(self, detail: EpisodeDetail) -> str:
         """Make a successful episode a searchable past solution. Blocking: call it from a thread."""

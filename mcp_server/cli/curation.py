@@ -90,8 +90,12 @@ def rate(
     author: Author = None,
 ) -> None:
     """Rate an episode: its feedback reward component, kept with its author."""
-    _with_store(lambda store: store.rate_episode(episode_id, value, comment, author=_author(author)))
-    episode = _with_store(lambda store: store.get_episode(episode_id))
+
+    def rate_and_read(store: Any) -> Any:
+        store.rate_episode(episode_id, value, comment, author=_author(author))
+        return store.get_episode(episode_id)
+
+    episode = _with_store(rate_and_read)
     reward = "-" if episode.reward_total is None else f"{episode.reward_total:+.2f}"
     typer.echo(f"rated {episode_id} {value:+.2f}; its reward is now {reward}", err=True)
 

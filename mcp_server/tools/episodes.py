@@ -223,8 +223,7 @@ async def list_episodes(
         more = n < len(shown) or len(episodes) > limit
         return ListEpisodesResult(episodes=shown[:n], next_offset=offset + n if more else None)
 
-    result, _ = fit_count(first, state.settings.max_result_chars, len(shown))
-    return result
+    return fit_count(first, state.settings.max_result_chars, len(shown))
 
 
 TOOLS = (
