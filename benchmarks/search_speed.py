@@ -4,6 +4,7 @@
     python benchmarks/search_speed.py --quick          # json/email/http/asyncio/xml only, fewer queries
     python benchmarks/search_speed.py --real-vectors   # every chunk really embedded (see below)
     python benchmarks/search_speed.py --keyword-only   # keyword_ready_s alone
+    python benchmarks/search_speed.py --scaling 1,4,16 # the store at 62.5k, 250k and 1M chunks (below)
 
 Measures, and prints as one JSON object on stdout:
   keyword_ready_s     time from nothing to every file keyword-searchable (scan, parse, tokenize, write)
@@ -22,17 +23,28 @@ is what an index without such structure would cost. `--real-vectors` embeds ever
 through the persistent embedding cache in rlide's data directory (8 minutes the first time, then
 seconds), so the prefilter that real vectors allow is what gets timed, and compared with the exact
 scan. The query vectors are always real.
+
+`--scaling COPIES` builds one store per entry of COPIES from that many copies of the standard
+library (hard links, each copy under its own folder: real text, about 62.5k chunks a copy) and
+prints, per size: build time (keyword phase, then vectors), disk, the first keyword/dense/hybrid
+query after reopening the store, warm p50/p99 per mode and with a language or path filter, and
+the query process's RSS. Its vectors, queries' included, are synthetic (random unit vectors seeded
+by the text, so no embedding time is counted anywhere, and dense search scans them exactly); the
+JSON says so. Each size builds in one child process and is queried in another, so RSS is the
+query side's alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +62,8 @@ if __name__ != "__mp_main__":
     import structlog
 
     from memory.config import MemoryConfig, default_data_dir
-    from memory.embedding.embedders import OnnxMiniLM
+    from memory.embedding.embedders import CachedEmbedder, OnnxMiniLM
+    from memory.search import Mode, search
     from memory.service import MemoryService
     from memory.stores.base import Filters, FloatArray
     from memory.stores.sqlite import SQLiteStore
@@ -156,6 +169,123 @@ def _keyword_ready_figures(files: int, chunks: int, seconds: float | None, cpu_s
     }
 
 
+class SyntheticEmbedder:
+    """Random unit vectors, the same for the same text: the scaling mode times the store, not the model."""
+
+    model_id = "synthetic-random-384"
+    dim = 384
+
+    def embed(self, texts: list[str]) -> FloatArray:
+        out = np.stack([self.embed_query(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        return out.astype(np.float32)
+
+    def embed_query(self, text: str) -> FloatArray:
+        seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        vector = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+        return vector / np.linalg.norm(vector)
+
+
+def _rss_mb() -> dict[str, float]:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return {key: round(int(status[key].split()[0]) / 1024, 1) for key in ("VmRSS", "VmHWM")}
+
+
+def _scaling_config(root: Path) -> MemoryConfig:
+    return MemoryConfig(workspace=root / "workspace", data_dir=root / "data", embedding_cache_path=None)
+
+
+def _scaling_build(root: Path) -> dict[str, Any]:
+    embedder = CachedEmbedder(SyntheticEmbedder(), None)
+    with MemoryService(_scaling_config(root), embedder=embedder) as svc:
+        started = time.monotonic()
+        svc.indexer.sync(embed=False)
+        keyword_s = time.monotonic() - started
+        started = time.monotonic()
+        svc.indexer.fill_vectors()
+        vectors_s = time.monotonic() - started
+        stats = svc.store.stats()
+    return {
+        "files": stats.files,
+        "chunks": stats.chunks,
+        "vectors": stats.vectors,
+        "build_keyword_s": round(keyword_s, 1),
+        "build_vectors_s": round(vectors_s, 1),
+    }
+
+
+def _scaling_queries(root: Path, n_queries: int) -> dict[str, Any]:
+    embedder = SyntheticEmbedder()
+    store = SQLiteStore(_scaling_config(root).resolved_index_path(), model_id=embedder.model_id, dim=embedder.dim)
+    queries = [f"{q} {i}" if i >= len(QUERIES) else q for i, q in enumerate(QUERIES * (n_queries // len(QUERIES) + 1))]
+    runs: dict[str, tuple[Mode, Filters]] = {
+        "keyword": (Mode.KEYWORD, Filters()),
+        "dense": (Mode.DENSE, Filters()),
+        "hybrid": (Mode.HYBRID, Filters()),
+        "hybrid_language": (Mode.HYBRID, Filters(language="python")),
+        "hybrid_path_glob": (Mode.HYBRID, Filters(path_glob="c0/json/**")),
+    }
+    first: dict[str, float] = {}
+    for name in ("keyword", "dense", "hybrid"):  # right after opening: what a restarted server's first search costs
+        mode, filters = runs[name]
+        t0 = time.perf_counter()
+        search(store, embedder, f"first {name} query after opening", 10, filters, mode=mode)
+        first[name] = round((time.perf_counter() - t0) * 1000, 1)
+    figures: dict[str, Any] = {"first_query_ms": first}
+    for name, (mode, filters) in runs.items():
+        times = []
+        for q in queries[:n_queries]:
+            t0 = time.perf_counter()
+            search(store, embedder, q, 10, filters, mode=mode)
+            times.append((time.perf_counter() - t0) * 1000)
+        figures[f"{name}_ms"] = {"p50": round(_percentile(times, 50), 2), "p99": round(_percentile(times, 99), 2)}
+    store.close()
+    return {**figures, "rss_mb": _rss_mb()}
+
+
+def _disk_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem
+        shutil.copy2(src, dst)
+
+
+def scaling(copies: list[int], n_queries: int) -> dict[str, Any]:
+    """One store per entry of `copies` (see the module docstring), each built and queried by a child process."""
+    lib = Path(os.__file__).parent
+    sizes = []
+    for n in copies:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            for i in range(n):
+                shutil.copytree(
+                    lib,
+                    root / "workspace" / f"c{i}",
+                    ignore=shutil.ignore_patterns("site-packages", "__pycache__"),
+                    copy_function=_link_or_copy,
+                )
+            child = [sys.executable, __file__, "--scaling-dir", tmp, "--queries", str(n_queries)]
+            built = json.loads(
+                subprocess.run([*child, "--scaling-step", "build"], check=True, capture_output=True, text=True).stdout
+            )
+            queried = json.loads(
+                subprocess.run([*child, "--scaling-step", "query"], check=True, capture_output=True, text=True).stdout
+            )
+            sizes.append({"copies": n, **built, "disk_mb": round(_disk_bytes(root / "data") / 2**20, 1), **queried})
+            print(json.dumps(sizes[-1]), file=sys.stderr)
+    return {
+        "benchmark": "search_speed_scaling",
+        "vectors": "synthetic: random unit vectors for chunks and queries, no embedding time counted",
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "queries_per_mode": n_queries,
+        "sizes": sizes,
+    }
+
+
 def main() -> None:
     # stdout carries only the JSON result; structlog's default logger would print there.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
@@ -171,7 +301,17 @@ def main() -> None:
         action="store_true",
         help="stop after keyword-ready (about 15 s; for paired runs of two commits)",
     )
+    parser.add_argument("--scaling", help="comma-separated stdlib copies per store, e.g. 1,4,16 (synthetic vectors)")
+    parser.add_argument("--scaling-dir", help=argparse.SUPPRESS)  # a child of --scaling: its folder
+    parser.add_argument("--scaling-step", choices=["build", "query"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scaling_dir:
+        step = _scaling_build if args.scaling_step == "build" else lambda root: _scaling_queries(root, args.queries)
+        print(json.dumps(step(Path(args.scaling_dir))))
+        return
+    if args.scaling:
+        print(json.dumps(scaling([int(n) for n in args.scaling.split(",")], args.queries), indent=2))
+        return
     embed_sample = 128 if args.quick else args.embed_sample
     n_queries = 60 if args.quick else args.queries
     lib = Path(os.__file__).parent
