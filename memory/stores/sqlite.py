@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_match, glob_regex, rrf
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
+from memory.stores.sqlite_schema import CHUNK_LOG_KEEP, MIGRATIONS, VECTOR_LOG_KEEP
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex
 
 log = structlog.get_logger(__name__)
@@ -37,78 +38,6 @@ log 3 at 25%, against log 500 for a token in 100 of 58k chunks). On the search_s
 cut the slowest BM25 from 89 to 37 ms; recall on benchmarks/search_quality.py was unchanged at 25%
 (at 12.5% identifier-style queries lost 4 points of BM25 R@10: `get`, `name` and the like are
 common in bodies but decisive in names)."""
-
-
-def _run_script(db: sqlite3.Connection, script: str) -> None:
-    # Not executescript(): it commits first, and migrations must stay inside our transaction.
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-def _m001_initial(db: sqlite3.Connection) -> None:
-    _run_script(
-        db,
-        """
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE files (path TEXT PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
-                            sha256 TEXT NOT NULL, language TEXT NOT NULL);
-        CREATE TABLE chunks (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so a cached vector row is never stale
-            chunk_id TEXT NOT NULL UNIQUE, path TEXT NOT NULL, start_line INTEGER NOT NULL,
-            end_line INTEGER NOT NULL, language TEXT NOT NULL, kind TEXT NOT NULL, symbol TEXT NOT NULL,
-            text TEXT NOT NULL, embed_text TEXT NOT NULL, embed_hash TEXT NOT NULL, meta TEXT NOT NULL,
-            has_vec INTEGER NOT NULL DEFAULT 0);
-        CREATE INDEX chunks_path ON chunks(path);
-        CREATE INDEX chunks_pending ON chunks(id) WHERE has_vec = 0;
-        CREATE TABLE vectors (id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
-        CREATE VIRTUAL TABLE chunks_fts USING fts5(names, body, tokenize = "unicode61 tokenchars '_'");
-        """,
-    )
-
-
-# Ordered, named migrations recorded in `_migrations` (the simonw/llm pattern).
-def _m002_vector_log(db: sqlite3.Connection) -> None:
-    # A change log of the vectors table lets each process refresh its numpy copy in O(changes)
-    # instead of re-listing 60k ids after every edit.
-    db.execute("CREATE TABLE vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL)")
-    db.execute(
-        "CREATE TRIGGER vectors_ins AFTER INSERT ON vectors BEGIN INSERT INTO vector_log (id) VALUES (new.id); END"
-    )
-    db.execute(
-        "CREATE TRIGGER vectors_del AFTER DELETE ON vectors BEGIN INSERT INTO vector_log (id) VALUES (old.id); END"
-    )
-
-
-def _m003_vocab(db: sqlite3.Connection) -> None:
-    # Document frequency per token, read by keyword_search to skip near-stopword query tokens.
-    db.execute("CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row')")
-
-
-def _m004_chunk_log(db: sqlite3.Connection) -> None:
-    # What memory.stores.keyword_index needs to score BM25 in memory and follow other processes'
-    # writes: the rows inserted or deleted since it last looked, and FTS5's postings per token.
-    db.execute("CREATE TABLE chunk_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL)")
-    db.execute("CREATE TRIGGER chunks_ins AFTER INSERT ON chunks BEGIN INSERT INTO chunk_log (id) VALUES (new.id); END")
-    db.execute("CREATE TRIGGER chunks_del AFTER DELETE ON chunks BEGIN INSERT INTO chunk_log (id) VALUES (old.id); END")
-    db.execute("CREATE VIRTUAL TABLE chunks_instances USING fts5vocab(chunks_fts, 'instance')")
-
-
-def _m005_log_inserts_per_batch(db: sqlite3.Connection) -> None:
-    # The insert trigger ran once a chunk: 10 us each, 0.6 s of CPU (a tenth of the writer's) in a
-    # whole-stdlib index. replace_files, the one writer of chunks, logs a batch's ids in one statement.
-    db.execute("DROP TRIGGER chunks_ins")
-
-
-MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
-    ("m001_initial", _m001_initial),
-    ("m002_vector_log", _m002_vector_log),
-    ("m003_vocab", _m003_vocab),
-    ("m004_chunk_log", _m004_chunk_log),
-    ("m005_log_inserts_per_batch", _m005_log_inserts_per_batch),
-]
-VECTOR_LOG_KEEP = 200_000  # older entries are pruned; a process further behind reloads everything
-CHUNK_LOG_KEEP = VECTOR_LOG_KEEP
 
 
 class SQLiteStore:
@@ -149,7 +78,6 @@ class SQLiteStore:
         self._local_writes = 0
         self._vectors = VectorIndex(dim, exact_up_to=EXACT_UP_TO if exact_up_to is None else exact_up_to)
         self._keywords = KeywordIndex(BM25_WEIGHTS)
-        self._stats: tuple[tuple[int, int], StoreStats] | None = None
         self._migrate()
         self._check_model()
 
@@ -203,6 +131,7 @@ class SQLiteStore:
                 log.warning("store.model_changed", old=row[0], new=self.model_id, path=str(self.path))
                 db.execute("DELETE FROM vectors")
                 db.execute("UPDATE chunks SET has_vec = 0")
+                db.execute("UPDATE counts SET n = 0 WHERE name = 'vectors'")
             db.execute("INSERT OR REPLACE INTO meta VALUES ('model_id', ?)", (self.model_id,))
 
     # -- manifest and writes -------------------------------------------------------------------
@@ -216,7 +145,9 @@ class SQLiteStore:
     def replace_files(self, batch: Sequence[tuple[FileState, Sequence[ChunkRecord]]]) -> int:
         with self._write() as db:
             new: list[ChunkRecord] = []
+            known_files = 0
             for state, chunks in batch:
+                known_files += db.execute("SELECT count(*) FROM files WHERE path = ?", (state.path,)).fetchone()[0]
                 old = dict(db.execute("SELECT chunk_id, id FROM chunks WHERE path = ?", (state.path,)).fetchall())
                 wanted = {c.chunk_id for c in chunks}
                 self._delete_rows(db, [rowid for cid, rowid in old.items() if cid not in wanted])
@@ -255,23 +186,34 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
                 [(st.path, st.size, st.mtime_ns, st.sha256, st.language) for st, _ in batch],
             )
+            self._add_counts(db, files=len(batch) - known_files, chunks=len(new))
             db.execute("DELETE FROM chunk_log WHERE seq <= (SELECT max(seq) FROM chunk_log) - ?", (CHUNK_LOG_KEEP,))
         return len(new)
 
     @staticmethod
-    def _delete_rows(db: sqlite3.Connection, rowids: Sequence[int]) -> None:
+    def _add_counts(db: sqlite3.Connection, *, files: int = 0, chunks: int = 0, vectors: int = 0) -> None:
+        db.executemany(
+            "UPDATE counts SET n = n + ? WHERE name = ?",
+            [(delta, name) for name, delta in (("files", files), ("chunks", chunks), ("vectors", vectors)) if delta],
+        )
+
+    @classmethod
+    def _delete_rows(cls, db: sqlite3.Connection, rowids: Sequence[int]) -> None:
         for start in range(0, len(rowids), 500):
             part = list(rowids[start : start + 500])
             marks = ",".join("?" * len(part))
-            for table, column in (("chunks_fts", "rowid"), ("vectors", "id"), ("chunks", "id")):
-                db.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", part)
+            db.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part)
+            vectors = db.execute(f"DELETE FROM vectors WHERE id IN ({marks})", part).rowcount
+            chunks = db.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part).rowcount
+            cls._add_counts(db, chunks=-chunks, vectors=-vectors)
 
     def delete_files(self, paths: Sequence[str]) -> None:
         with self._write() as db:
             for path in paths:
                 rowids = [r[0] for r in db.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
                 self._delete_rows(db, rowids)
-                db.execute("DELETE FROM files WHERE path = ?", (path,))
+                gone = db.execute("DELETE FROM files WHERE path = ?", (path,)).rowcount
+                self._add_counts(db, files=-gone)
 
     def pending(self, limit: int) -> list[PendingChunk]:
         rows = (
@@ -289,12 +231,16 @@ class SQLiteStore:
     def set_vectors(self, chunk_ids: Sequence[str], vectors: FloatArray) -> None:
         vectors = np.asarray(vectors, np.float32)
         with self._write() as db:
+            rows: list[tuple[int, bytes]] = []
             for cid, vec in zip(chunk_ids, vectors, strict=True):
                 row = db.execute("SELECT id FROM chunks WHERE chunk_id = ?", (cid,)).fetchone()
-                if row is None:
-                    continue  # the file changed again while we embedded; its new chunks are pending
-                db.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?)", (row[0], vec.tobytes()))
-                db.execute("UPDATE chunks SET has_vec = 1 WHERE id = ?", (row[0],))
+                if row is not None:  # else the file changed again while we embedded; its new chunks are pending
+                    rows.append((row[0], vec.tobytes()))
+            db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
+            added = db.executemany(
+                "UPDATE chunks SET has_vec = 1 WHERE id = ? AND has_vec = 0", [(r[0],) for r in rows]
+            )
+            self._add_counts(db, vectors=added.rowcount)
             db.execute("DELETE FROM vector_log WHERE seq <= (SELECT max(seq) FROM vector_log) - ?", (VECTOR_LOG_KEEP,))
 
     # -- search --------------------------------------------------------------------------------
@@ -431,18 +377,9 @@ class SQLiteStore:
         return rrf([keyword, dense], k, weights=weights)
 
     def stats(self) -> StoreStats:
-        # Cached until any connection commits: search_code reports index status on every call, and
-        # three count(*) over 60k rows would cost more than the search itself.
-        with self._read_lock:
-            version = (self._rdb.execute("PRAGMA data_version").fetchone()[0], self._local_writes)
-            if self._stats is not None and self._stats[0] == version:
-                return self._stats[1]
-            files = self._rdb.execute("SELECT count(*) FROM files").fetchone()[0]
-            chunks = self._rdb.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            pending = self._rdb.execute("SELECT count(*) FROM chunks WHERE has_vec = 0").fetchone()[0]
-            stats = StoreStats(files=files, chunks=chunks, vectors=chunks - pending)
-            self._stats = (version, stats)
-            return stats
+        # Kept by every write (the `counts` table): one small read, however large the store.
+        counts = dict(self._reader().execute("SELECT name, n FROM counts").fetchall())
+        return StoreStats(files=counts["files"], chunks=counts["chunks"], vectors=counts["vectors"])
 
     def close(self) -> None:
         with self._lock, self._read_lock, self._readers_lock:

@@ -17,6 +17,7 @@ from memory.errors import EmbedderError, QueryError, RlideMemoryError, Workspace
 from memory.service import MemoryService
 from memory.solutions import SolvedEpisode
 from memory.stores.sqlite import SQLiteStore
+from memory.stores.sqlite_schema import MIGRATIONS
 
 
 @pytest.fixture
@@ -121,7 +122,7 @@ def test_sqlite_migrations_and_model_change(tmp_path: Path) -> None:
     reopened = SQLiteStore(path, model_id="model-b", dim=4)  # other model: vectors dropped, text kept
     assert reopened.stats().pending == reopened.stats().chunks > 0
     names = [r[0] for r in reopened._db.execute("SELECT name FROM _migrations")]
-    assert names == ["m001_initial", "m002_vector_log", "m003_vocab", "m004_chunk_log", "m005_log_inserts_per_batch"]
+    assert names == [name for name, _ in MIGRATIONS]  # every one applied, once, in order
     reopened.close()
 
 

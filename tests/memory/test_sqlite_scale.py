@@ -1,0 +1,80 @@
+"""The embedded store's behaviour that matters at scale: counts kept by the writes, filters inside
+the indexes, reopening, and stores written by an older schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+from memory.stores.base import StoreStats
+from memory.stores.sqlite import SQLiteStore
+from tests.memory.conftest import index_text
+
+DIM = 8
+
+
+def _source(i: int) -> str:
+    return "\n\n".join(
+        f"def handler_{i}_{j}(request):\n    '''Answer request {j} of module {i}.'''\n    return request.value_{j}\n"
+        for j in range(3)
+    )
+
+
+def _fill(store: SQLiteStore, files: int) -> None:
+    for i in range(files):
+        index_text(store, f"pkg{i % 3}/mod_{i}.py", _source(i), "python")
+
+
+def _random_vectors(n: int, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _embed_in_batches(store: SQLiteStore, batch: int) -> None:
+    while pending := store.pending(batch):
+        store.set_vectors([p.chunk_id for p in pending], _random_vectors(len(pending), len(pending)))
+
+
+def _counted(path: Path) -> StoreStats:
+    """What stats() must say, counted from the tables themselves."""
+    with sqlite3.connect(path) as db:
+        files = db.execute("SELECT count(*) FROM files").fetchone()[0]
+        chunks = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        vectors = db.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    return StoreStats(files=files, chunks=chunks, vectors=vectors)
+
+
+def test_stats_stay_right_through_batches_edits_deletes_and_a_model_change(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 30)
+    store.set_vectors(["no-such-chunk"], _random_vectors(1))  # a vanished chunk changes nothing
+    _embed_in_batches(store, batch=4)
+    assert store.stats() == _counted(path) == StoreStats(files=30, chunks=90, vectors=90)
+    index_text(store, "pkg0/mod_0.py", _source(0).replace("value_1", "other_1"), "python")  # one chunk re-made
+    store.delete_files(["pkg1/mod_1.py", "not/indexed.py"])
+    assert store.stats() == _counted(path) == StoreStats(files=29, chunks=87, vectors=86)
+    again = store.pending(10)
+    store.set_vectors([again[0].chunk_id] * 2, _random_vectors(2))  # the same chunk twice counts once
+    assert store.stats() == _counted(path) == StoreStats(files=29, chunks=87, vectors=87)
+    store.close()
+    other_model = SQLiteStore(path, model_id="m2", dim=DIM)
+    assert other_model.stats() == _counted(path) == StoreStats(files=29, chunks=87, vectors=0)
+    other_model.close()
+
+
+def test_a_store_from_before_the_counts_is_migrated_with_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 6)
+    _embed_in_batches(store, batch=5)
+    index_text(store, "pkg0/mod_0.py", _source(0).replace("value_1", "other_1"), "python")
+    store.close()
+    with sqlite3.connect(path) as db:  # the schema as m005 left it
+        db.execute("DROP TABLE counts")
+        db.execute("DELETE FROM _migrations WHERE name = 'm006_counts'")
+    reopened = SQLiteStore(path, model_id="m1", dim=DIM)
+    assert reopened.stats() == _counted(path) == StoreStats(files=6, chunks=18, vectors=17)
+    reopened.close()
