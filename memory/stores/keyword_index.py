@@ -34,13 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.ranking import top_k
+from memory.stores.row_filter import Mask, changes_since
 
 K1 = 1.2
 B = 0.75
-LOG_BOUNDS = "SELECT (SELECT min(seq) FROM {table}), (SELECT max(seq) FROM {table})"
-"""First and last entry of a change log. Two subqueries, not `SELECT min(seq), max(seq)`: SQLite
-answers a lone min() or max() from the primary key's b-tree, but both in one SELECT scan the
-whole log (1-2 ms at 58k entries, on every query)."""
 MAX_POSTINGS = 4_000_000
 """Postings kept across cached tokens (16 bytes each); the least recently used tokens go first."""
 
@@ -80,8 +77,12 @@ class KeywordIndex:
         self._cache: OrderedDict[str, _Postings] = OrderedDict()
         self._held = 0
 
-    def top(self, db: sqlite3.Connection, tokens: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """The `k` best (row id, score) for an OR of `tokens`, best first, like FTS5's bm25()."""
+    def top(
+        self, db: sqlite3.Connection, tokens: Sequence[str], k: int, allowed: Mask | None = None
+    ) -> list[tuple[int, float]]:
+        """The `k` best (row id, score) for an OR of `tokens`, best first, like FTS5's bm25(); only
+        rows where `allowed` is true when given (scores are the unfiltered ones: the filter
+        does not change a token's rarity)."""
         with self._lock:
             db.execute("BEGIN")  # one snapshot for the log position, the lengths and the postings
             try:
@@ -103,6 +104,10 @@ class KeywordIndex:
                 idf = idf if idf > 0 else 1e-6
                 norm = K1 * (1 - B + B * self._lengths[rows] / avgdl)
                 scores[rows] += idf * freq * (K1 + 1) / (freq + norm)
+            if allowed is not None:
+                n = min(len(allowed), len(scores))
+                scores[:n] *= allowed[:n]
+                scores[n:] = 0.0
             matched = np.flatnonzero(scores > 0)
             hits = matched[top_k(scores[matched], k)]
             return [(int(row), float(scores[row])) for row in hits]
@@ -121,17 +126,15 @@ class KeywordIndex:
 
     # -- keeping up with the table ------------------------------------------------------------------
     def _refresh(self, db: sqlite3.Connection) -> None:
-        first, last = db.execute(LOG_BOUNDS.format(table="chunk_log")).fetchone()
-        last = last or 0
-        if self._seq == last and self._seq >= 0:
-            return
-        if self._seq < 0 or (first is not None and self._seq < first - 1):
+        last, changed = changes_since(db, "chunk_log", self._seq)
+        if changed is None:
             self._load_lengths(db)
             self._cache.clear()
             self._held = 0
-        else:
-            changed = [r[0] for r in db.execute("SELECT DISTINCT id FROM chunk_log WHERE seq > ?", (self._seq,))]
+        elif changed:
             self._apply(db, changed)
+        else:
+            return
         self._seq = last
         self._rows = int(self._present.sum())
         self._tokens = float(self._lengths.sum())
@@ -150,8 +153,6 @@ class KeywordIndex:
         postings stay until the token is evicted or reloaded, and scoring skips absent rows (row
         ids are never reused). A new row's tokens are counted into the cached postings of those
         tokens only, so an edit costs what the edited rows hold, not what the cache holds."""
-        if not changed:
-            return
         top = max(changed) + 1
         if top > len(self._lengths):
             self._lengths = np.concatenate([self._lengths, np.zeros(top - len(self._lengths))])

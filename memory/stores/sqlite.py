@@ -21,9 +21,10 @@ import structlog
 
 from common.sqlite_wal import open_wal
 from memory.errors import StoreBusyError, StoreError
-from memory.ranking import glob_match, glob_regex, rrf
+from memory.ranking import glob_regex, rrf
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
-from memory.stores.keyword_index import LOG_BOUNDS, KeywordIndex
+from memory.stores.keyword_index import KeywordIndex
+from memory.stores.row_filter import Mask, RowFilter, changes_since
 from memory.stores.sqlite_schema import CHUNK_LOG_KEEP, MIGRATIONS, VECTOR_LOG_KEEP
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex
 
@@ -62,7 +63,6 @@ class SQLiteStore:
         self._readers_lock = threading.Lock()
         try:
             self._db = open_wal(path, busy_timeout_s=busy_timeout_s)
-            self._db.create_function("glob_match", 2, glob_match, deterministic=True)
             # Reads use other connections than the writer (WAL readers never wait for it), so a
             # background indexer's write batch never holds up search_code in this process:
             # _rdb keeps the numpy vector copy and stats in step; each thread gets its own reader
@@ -78,6 +78,7 @@ class SQLiteStore:
         self._local_writes = 0
         self._vectors = VectorIndex(dim, exact_up_to=EXACT_UP_TO if exact_up_to is None else exact_up_to)
         self._keywords = KeywordIndex(BM25_WEIGHTS)
+        self._filter = RowFilter()
         self._migrate()
         self._check_model()
 
@@ -86,7 +87,6 @@ class SQLiteStore:
         conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
         conn.execute("PRAGMA query_only = 1")
-        conn.create_function("glob_match", 2, glob_match, deterministic=True)
         return conn
 
     def _reader(self) -> sqlite3.Connection:
@@ -270,27 +270,12 @@ class SQLiteStore:
             return []
         reader = self._reader()
         selected = self._selective(reader, [t.replace('"', "") for t in tokens])
-        if not (filters.path_glob or filters.language):
-            return self._hits(self._keywords.top(reader, selected, k))
+        return self._hits(self._keywords.top(reader, selected, k, self._allowed(reader, filters)))
+
+    def _allowed(self, reader: sqlite3.Connection, filters: Filters) -> Mask | None:
         if filters.path_glob:
-            glob_regex(filters.path_glob)  # a malformed glob is a QueryError here, not an error inside SQLite
-        match = " OR ".join('"' + t + '"' for t in selected)
-        sql = "SELECT f.rowid, bm25(chunks_fts, ?, ?) AS s FROM chunks_fts f"
-        args: list[object] = [*BM25_WEIGHTS]
-        where = ["chunks_fts MATCH ?"]
-        args.append(match)
-        if filters.path_glob or filters.language:
-            sql += " JOIN chunks c ON c.id = f.rowid"
-            if filters.language:
-                where.append("c.language = ?")
-                args.append(filters.language)
-            if filters.path_glob:
-                where.append("glob_match(?, c.path)")
-                args.append(filters.path_glob)
-        sql += " WHERE " + " AND ".join(where) + " ORDER BY s LIMIT ?"
-        args.append(k)
-        rows = reader.execute(sql, args).fetchall()
-        return self._hits([(rowid, -score) for rowid, score in rows])  # bm25() is negated
+            glob_regex(filters.path_glob)  # a malformed glob is a QueryError before any work
+        return self._filter.mask(reader, filters)
 
     def _selective(self, reader: sqlite3.Connection, tokens: list[str]) -> list[str]:
         """`tokens` without those in more than COMMON_TOKEN_SHARE of chunks, unless all of them are."""
@@ -307,31 +292,27 @@ class SQLiteStore:
             version = (self._rdb.execute("PRAGMA data_version").fetchone()[0], self._local_writes)
             if version == self._vectors.version:
                 return
+            index = self._vectors
             self._rdb.execute("BEGIN")  # one snapshot for the log position and the rows read
             try:
-                first, last = self._rdb.execute(LOG_BOUNDS.format(table="vector_log")).fetchone()
-                index = self._vectors
-                join = "SELECT v.id, v.vec, c.path, c.language FROM vectors v JOIN chunks c ON c.id = v.id"
-                if index.seq < 0 or (first is not None and index.seq < first - 1):
-                    rows = self._rdb.execute(join).fetchall()
+                last, touched = changes_since(self._rdb, "vector_log", index.seq)
+                if touched is None:
+                    rows = self._rdb.execute("SELECT id, vec FROM vectors").fetchall()
                     keep = np.zeros(len(index.ids), bool)
                 else:
-                    touched = [
-                        r[0]
-                        for r in self._rdb.execute("SELECT DISTINCT id FROM vector_log WHERE seq > ?", (index.seq,))
-                    ]
                     keep = ~np.isin(index.ids, np.asarray(touched, np.int64))
                     rows = []
                     for start in range(0, len(touched), 500):
                         part = touched[start : start + 500]
                         marks = ",".join("?" * len(part))
-                        rows += self._rdb.execute(f"{join} WHERE v.id IN ({marks})", part).fetchall()
+                        rows += self._rdb.execute(f"SELECT id, vec FROM vectors WHERE id IN ({marks})", part).fetchall()
             finally:
                 self._rdb.execute("COMMIT")
-            fresh = index.replaced(
-                keep, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
-            )
-            fresh.seq = last if last is not None else 0
+            if touched == []:  # other tables changed: the same vectors (no copy of the matrix)
+                index.version = version
+                return
+            fresh = index.replaced(keep, [r[0] for r in rows], [r[1] for r in rows])
+            fresh.seq = last
             fresh.version = version
             self._vectors = fresh
 
@@ -342,22 +323,14 @@ class SQLiteStore:
         return self._vectors
 
     def _vector_scores(self, vector: FloatArray, depth: int, filters: Filters) -> list[tuple[int, float]]:
+        allowed = self._allowed(self._reader(), filters)
         index = self.dense_index()
         if not len(index.ids):
             return []
         among = None
-        if filters.path_glob or filters.language:
-            among = np.flatnonzero(
-                np.fromiter(
-                    (
-                        (not filters.language or lang == filters.language)
-                        and (not filters.path_glob or glob_match(filters.path_glob, path))
-                        for path, lang in zip(index.paths, index.languages, strict=True)
-                    ),
-                    bool,
-                    count=len(index.ids),
-                )
-            )
+        if allowed is not None:
+            inside = index.ids < len(allowed)  # rows newer than the mask: not known to pass
+            among = np.flatnonzero(inside & allowed[np.where(inside, index.ids, 0)])
         return index.search(vector, depth, among)
 
     def vector_search(self, vector: FloatArray, k: int, filters: Filters) -> list[Hit]:

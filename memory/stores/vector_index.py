@@ -66,7 +66,7 @@ class Projection:
 
 
 class VectorIndex:
-    """This process's copy of the vectors: rowids, matrix, and per-row path/language for filters.
+    """This process's copy of the vectors: rowids and matrix (filters come as the rows allowed).
 
     Scanned exactly, the matrix is stored one vector per column (`columns`, dim x n, C order):
     `query @ columns` scored 58k x 384 in 3.5 ms where `rows @ query` took 5.9 ms (OpenBLAS's two
@@ -81,8 +81,6 @@ class VectorIndex:
         self.ids = np.zeros(0, np.int64)
         self.columns: Matrix | None = np.zeros((dim, 0), np.float32)
         self.rows: Matrix | None = None
-        self.paths: list[str] = []
-        self.languages: list[str] = []
         self.version: tuple[int, int] = (-1, -1)
         self.seq = -1  # last vector_log entry applied; -1: never loaded
         self.dim = dim
@@ -98,17 +96,13 @@ class VectorIndex:
         assert self.columns is not None
         return self.columns if kept is None else self.columns[:, kept]
 
-    def replaced(
-        self, keep: npt.NDArray[np.bool_], ids: list[int], vecs: list[bytes], paths: list[str], langs: list[str]
-    ) -> VectorIndex:
+    def replaced(self, keep: npt.NDArray[np.bool_], ids: list[int], vecs: list[bytes]) -> VectorIndex:
         """The next snapshot: the rows where `keep` is true, then the new ones."""
         new = np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), self.dim)
         out = VectorIndex(self.dim, exact_up_to=self.exact_up_to)
         kept = np.flatnonzero(keep)
         unchanged = len(kept) == len(self.ids)  # the common case after an edit elsewhere: appends only
         out.ids = np.concatenate([self.ids[kept], np.asarray(ids, np.int64)])
-        out.paths = (self.paths if unchanged else [self.paths[i] for i in kept]) + paths
-        out.languages = (self.languages if unchanged else [self.languages[i] for i in kept]) + langs
         old = self.vectors(None if unchanged else kept)
         rows: Matrix | None = None  # built once, for the fit and then kept, when refitting
         if len(out.ids) > self.exact_up_to:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memory.stores.base import StoreStats
+from memory.indexing.tokens import query_tokens
+from memory.ranking import glob_match
+from memory.stores.base import Filters, Hit, StoreStats
 from memory.stores.sqlite import SQLiteStore
-from tests.memory.conftest import index_text
+from tests.memory.conftest import FIXTURE_FILES, index_text
 
 DIM = 8
 
@@ -78,3 +80,39 @@ def test_a_store_from_before_the_counts_is_migrated_with_its_data(tmp_path: Path
     reopened = SQLiteStore(path, model_id="m1", dim=DIM)
     assert reopened.stats() == _counted(path) == StoreStats(files=6, chunks=18, vectors=17)
     reopened.close()
+
+
+def _passes(hit: Hit, filters: Filters) -> bool:
+    return (not filters.language or hit.language == filters.language) and (
+        not filters.path_glob or glob_match(filters.path_glob, hit.path)
+    )
+
+
+def test_filters_give_the_top_results_of_post_filtering_and_follow_edits(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "index.sqlite", model_id="m1", dim=DIM)
+    _fill(store, 30)
+    index_text(store, "cmd/main.go", FIXTURE_FILES["cmd/main.go"], "go")
+    _embed_in_batches(store, batch=7)
+    tokens = query_tokens("answer request handler value")
+    query = _random_vectors(1, seed=42)[0]
+    cases = [Filters(path_glob="pkg1/**"), Filters(language="go"), Filters(path_glob="pkg2/*", language="python")]
+
+    for filters in cases:
+        for found, everything in (
+            (store.keyword_search(tokens, 5, filters), store.keyword_search(tokens, 1000, Filters())),
+            (store.vector_search(query, 5, filters), store.vector_search(query, 1000, Filters())),
+        ):
+            expected = [h.chunk_id for h in everything if _passes(h, filters)][:5]
+            assert [h.chunk_id for h in found] == expected
+            assert all(_passes(h, filters) for h in found)
+    assert len(store.vector_search(query, 5, Filters(language="go"))) == 3  # the go file's chunks, no others
+    # Edits after the masks were built: a new file that passes, and every pkg1 file gone.
+    index_text(store, "pkg2/late.py", _source(99), "python")
+    _embed_in_batches(store, batch=7)
+    store.delete_files([p for p in store.manifest() if p.startswith("pkg1/")])
+    late = store.keyword_search(query_tokens("module 99"), 3, Filters(path_glob="pkg2/*"))
+    assert late and late[0].path == "pkg2/late.py"
+    assert store.keyword_search(tokens, 5, Filters(path_glob="pkg1/**")) == []
+    assert store.vector_search(query, 5, Filters(path_glob="pkg1/**")) == []
+    assert store.keyword_search(tokens, 5, Filters(language="rust")) == []
+    store.close()
