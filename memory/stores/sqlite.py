@@ -1,10 +1,12 @@
 """Embedded default store: one SQLite file per workspace (WAL), FTS5 over pre-tokenized code tokens,
-float32 vectors searched with numpy (exactly up to `exact_up_to` vectors; see `vector_index`).
+float32 vectors in flat files beside it (`vector_file`) searched with numpy (exactly up to
+`exact_up_to` vectors; see `vector_index`), filters as row masks (`row_filter`).
 
 Several processes may index and search one file: every write is one short `BEGIN IMMEDIATE`
 transaction, readers never block in WAL mode, and `busy_timeout` absorbs writer contention. Each
-process keeps the vectors in a numpy matrix that it refreshes incrementally when `PRAGMA
-data_version` says another connection committed.
+process keeps the vectors in a numpy matrix, read from the vector file with one read when it
+first searches, that it refreshes incrementally when `PRAGMA data_version` says another
+connection committed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,11 +28,13 @@ from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit,
 from memory.stores.keyword_index import KeywordIndex
 from memory.stores.row_filter import Mask, RowFilter, changes_since
 from memory.stores.sqlite_schema import CHUNK_LOG_KEEP, MIGRATIONS, VECTOR_LOG_KEEP
+from memory.stores.vector_file import VectorFile
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex
 
 log = structlog.get_logger(__name__)
 
 BM25_WEIGHTS = (2.0, 1.0)  # names (path + symbol) column, body column
+COMPACT_MIN_SLOTS = 10_000  # below this, dead slots cost too little to rewrite the vectors for
 COMMON_TOKEN_SHARE = 0.25
 """BM25 leaves out query tokens found in more than this share of chunks when the query has rarer
 ones. FTS5 scores every row that matches any token (about 1 us a row), and a token such as `case`
@@ -76,6 +80,7 @@ class SQLiteStore:
         self._lock = threading.RLock()  # writes: the indexer and the background embedder
         self._read_lock = threading.RLock()  # reads: searches, stats, the numpy vector copy
         self._local_writes = 0
+        self._after_commit: list[Callable[[], None]] = []  # what a write does once committed
         self._vectors = VectorIndex(dim, exact_up_to=EXACT_UP_TO if exact_up_to is None else exact_up_to)
         self._keywords = KeywordIndex(BM25_WEIGHTS)
         self._filter = RowFilter()
@@ -106,6 +111,7 @@ class SQLiteStore:
                 raise StoreBusyError(
                     f"the index {self.path} stayed locked by another process: {exc}; retry, or stop the other indexer"
                 ) from exc
+            self._after_commit = []
             try:
                 yield self._db
             except BaseException:
@@ -113,6 +119,8 @@ class SQLiteStore:
                 raise
             self._db.execute("COMMIT")
             self._local_writes += 1
+            for action in self._after_commit:  # see memory.stores.vector_file: marks dead slots
+                action()
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -131,7 +139,8 @@ class SQLiteStore:
                 log.warning("store.model_changed", old=row[0], new=self.model_id, path=str(self.path))
                 db.execute("DELETE FROM vectors")
                 db.execute("UPDATE chunks SET has_vec = 0")
-                db.execute("UPDATE counts SET n = 0 WHERE name = 'vectors'")
+                db.execute("UPDATE counts SET n = 0 WHERE name IN ('vectors', 'slots')")
+                self._new_vector_generation(db)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('model_id', ?)", (self.model_id,))
 
     # -- manifest and writes -------------------------------------------------------------------
@@ -197,15 +206,58 @@ class SQLiteStore:
             [(delta, name) for name, delta in (("files", files), ("chunks", chunks), ("vectors", vectors)) if delta],
         )
 
-    @classmethod
-    def _delete_rows(cls, db: sqlite3.Connection, rowids: Sequence[int]) -> None:
+    def _delete_rows(self, db: sqlite3.Connection, rowids: Sequence[int]) -> None:
         for start in range(0, len(rowids), 500):
             part = list(rowids[start : start + 500])
             marks = ",".join("?" * len(part))
             db.execute(f"DELETE FROM chunks_fts WHERE rowid IN ({marks})", part)
-            vectors = db.execute(f"DELETE FROM vectors WHERE id IN ({marks})", part).rowcount
+            self._forget_vectors(db, part)
             chunks = db.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part).rowcount
-            cls._add_counts(db, chunks=-chunks, vectors=-vectors)
+            self._add_counts(db, chunks=-chunks)
+
+    # -- vectors (memory.stores.vector_file) --------------------------------------------------
+    def _vector_file(self, db: sqlite3.Connection) -> tuple[VectorFile, int]:
+        """The current generation's files and their committed slot count."""
+        counts = dict(db.execute("SELECT name, n FROM counts WHERE name IN ('slots', 'vector_generation')"))
+        return VectorFile(self.path, counts["vector_generation"], self.dim), counts["slots"]
+
+    @staticmethod
+    def _count(db: sqlite3.Connection, name: str) -> int:
+        return int(db.execute("SELECT n FROM counts WHERE name = ?", (name,)).fetchone()[0])
+
+    def _forget_vectors(self, db: sqlite3.Connection, rowids: Sequence[int]) -> None:
+        """Delete the vectors of `rowids`; their slots are marked dead once this commits."""
+        slots: list[int] = []
+        for start in range(0, len(rowids), 500):
+            part = list(rowids[start : start + 500])
+            marks = ",".join("?" * len(part))
+            slots += [r[0] for r in db.execute(f"DELETE FROM vectors WHERE id IN ({marks}) RETURNING slot", part)]
+        if slots:
+            self._add_counts(db, vectors=-len(slots))
+            out, _ = self._vector_file(db)
+            self._after_commit.append(lambda: out.mark_dead(slots))
+
+    def _new_vector_generation(self, db: sqlite3.Connection) -> VectorFile:
+        old, _ = self._vector_file(db)
+        db.execute("UPDATE counts SET n = n + 1 WHERE name = 'vector_generation'")
+        self._after_commit.append(old.remove)
+        new, _ = self._vector_file(db)
+        new.remove()  # leftovers of a generation whose transaction never committed
+        return new
+
+    def _compact_vectors(self, db: sqlite3.Connection) -> None:
+        """Rewrite the live vectors into a new generation once dead slots outnumber them (every
+        re-embedded chunk leaves one behind)."""
+        old, slots = self._vector_file(db)
+        if slots < COMPACT_MIN_SLOTS or slots < 2 * self._count(db, "vectors"):
+            return
+        live = db.execute("SELECT id, slot FROM vectors ORDER BY slot").fetchall()
+        new = self._new_vector_generation(db)
+        kept = np.asarray([r[1] for r in live], np.int64)
+        ids = np.asarray([r[0] for r in live], np.int64)
+        new.append(0, ids, old.read(slots)[kept])
+        db.executemany("UPDATE vectors SET slot = ? WHERE id = ?", [(i, r[0]) for i, r in enumerate(live)])
+        db.execute("UPDATE counts SET n = ? WHERE name = 'slots'", (len(live),))
 
     def delete_files(self, paths: Sequence[str]) -> None:
         with self._write() as db:
@@ -231,16 +283,22 @@ class SQLiteStore:
     def set_vectors(self, chunk_ids: Sequence[str], vectors: FloatArray) -> None:
         vectors = np.asarray(vectors, np.float32)
         with self._write() as db:
-            rows: list[tuple[int, bytes]] = []
-            for cid, vec in zip(chunk_ids, vectors, strict=True):
+            found: dict[int, int] = {}  # row id -> position in `vectors`; the last one of an id wins
+            for i, cid in enumerate(chunk_ids):
                 row = db.execute("SELECT id FROM chunks WHERE chunk_id = ?", (cid,)).fetchone()
                 if row is not None:  # else the file changed again while we embedded; its new chunks are pending
-                    rows.append((row[0], vec.tobytes()))
-            db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
-            added = db.executemany(
-                "UPDATE chunks SET has_vec = 1 WHERE id = ? AND has_vec = 0", [(r[0],) for r in rows]
-            )
-            self._add_counts(db, vectors=added.rowcount)
+                    found[row[0]] = i
+            if not found:
+                return
+            ids = list(found)
+            self._forget_vectors(db, ids)  # replaced ones
+            out, slots = self._vector_file(db)
+            out.append(slots, np.asarray(ids, np.int64), vectors[list(found.values())])
+            db.executemany("INSERT INTO vectors VALUES (?, ?)", [(rowid, slots + i) for i, rowid in enumerate(ids)])
+            db.execute("UPDATE counts SET n = n + ? WHERE name = 'slots'", (len(ids),))
+            db.executemany("UPDATE chunks SET has_vec = 1 WHERE id = ?", [(rowid,) for rowid in ids])
+            self._add_counts(db, vectors=len(ids))
+            self._compact_vectors(db)
             db.execute("DELETE FROM vector_log WHERE seq <= (SELECT max(seq) FROM vector_log) - ?", (VECTOR_LOG_KEEP,))
 
     # -- search --------------------------------------------------------------------------------
@@ -289,29 +347,50 @@ class SQLiteStore:
 
     def _refresh_vectors(self) -> None:
         with self._read_lock:
+            try:
+                self._read_vectors()
+            except FileNotFoundError:  # another process compacted them after our snapshot: read the new files
+                self._read_vectors()
+
+    def _read_vectors(self) -> None:
+        with self._read_lock:
             version = (self._rdb.execute("PRAGMA data_version").fetchone()[0], self._local_writes)
             if version == self._vectors.version:
                 return
             index = self._vectors
-            self._rdb.execute("BEGIN")  # one snapshot for the log position and the rows read
+            self._rdb.execute("BEGIN")  # one snapshot for the log position, the slot count and the slots read
             try:
+                files, slots = self._vector_file(self._rdb)
                 last, touched = changes_since(self._rdb, "vector_log", index.seq)
-                if touched is None:
-                    rows = self._rdb.execute("SELECT id, vec FROM vectors").fetchall()
-                    keep = np.zeros(len(index.ids), bool)
-                else:
-                    keep = ~np.isin(index.ids, np.asarray(touched, np.int64))
-                    rows = []
+                if touched is None or files.vectors_path != index.source:
+                    ids = files.ids(slots)
+                    # The last slot of each live id (see vector_file: a crash can leave a replaced one alive).
+                    _, last_of = np.unique(ids[::-1], return_index=True)
+                    kept = np.sort(len(ids) - 1 - last_of)
+                    kept = kept[ids[kept] >= 0]
+                    fresh = VectorIndex(self.dim, exact_up_to=index.exact_up_to).replaced(
+                        np.zeros(0, bool), ids[kept], files.read(slots)[kept]
+                    )
+                elif touched:
+                    found = []
                     for start in range(0, len(touched), 500):
                         part = touched[start : start + 500]
                         marks = ",".join("?" * len(part))
-                        rows += self._rdb.execute(f"SELECT id, vec FROM vectors WHERE id IN ({marks})", part).fetchall()
+                        found += self._rdb.execute(
+                            f"SELECT id, slot FROM vectors WHERE id IN ({marks})", part
+                        ).fetchall()
+                    found.sort(key=lambda r: r[1])
+                    keep = ~np.isin(index.ids, np.asarray(touched, np.int64))
+                    fresh = index.replaced(
+                        keep,
+                        np.asarray([r[0] for r in found], np.int64),
+                        files.read_slots(np.asarray([r[1] for r in found], np.int64)),
+                    )
+                else:  # other tables changed: the same vectors (no copy of the matrix)
+                    fresh = index
             finally:
                 self._rdb.execute("COMMIT")
-            if touched == []:  # other tables changed: the same vectors (no copy of the matrix)
-                index.version = version
-                return
-            fresh = index.replaced(keep, [r[0] for r in rows], [r[1] for r in rows])
+            fresh.source = files.vectors_path
             fresh.seq = last
             fresh.version = version
             self._vectors = fresh

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from memory.stores.vector_file import VectorFile
 
 
 def _run_script(db: sqlite3.Connection, script: str) -> None:
@@ -40,6 +45,10 @@ def _m002_vector_log(db: sqlite3.Connection) -> None:
     # A change log of the vectors table lets each process refresh its numpy copy in O(changes)
     # instead of re-listing 60k ids after every edit.
     db.execute("CREATE TABLE vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL)")
+    _log_vector_changes(db)
+
+
+def _log_vector_changes(db: sqlite3.Connection) -> None:
     db.execute(
         "CREATE TRIGGER vectors_ins AFTER INSERT ON vectors BEGIN INSERT INTO vector_log (id) VALUES (new.id); END"
     )
@@ -79,6 +88,29 @@ def _m006_counts(db: sqlite3.Connection) -> None:
     )
 
 
+def _m007_vector_files(db: sqlite3.Connection) -> None:
+    # Vectors move out of the database into memory.stores.vector_file's flat files (one read loads
+    # them all); `vectors` keeps which slot holds each chunk's vector. Written in id order, so
+    # slot i is the i-th row by id.
+    index_path = Path(next(row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main"))
+    first = db.execute("SELECT length(vec) FROM vectors LIMIT 1").fetchone()
+    slots = 0
+    if first is not None:
+        out = VectorFile(index_path, 0, first[0] // 4)
+        cursor = db.execute("SELECT id, vec FROM vectors ORDER BY id")
+        while batch := cursor.fetchmany(10_000):
+            ids = np.asarray([r[0] for r in batch], np.int64)
+            vectors = np.frombuffer(b"".join(r[1] for r in batch), np.float32).reshape(len(batch), -1)
+            out.append(slots, ids, vectors)
+            slots += len(batch)
+    db.execute("CREATE TABLE vector_slots (id INTEGER PRIMARY KEY, slot INTEGER NOT NULL)")
+    db.execute("INSERT INTO vector_slots SELECT id, row_number() OVER (ORDER BY id) - 1 FROM vectors")
+    db.execute("DROP TABLE vectors")  # and its triggers
+    db.execute("ALTER TABLE vector_slots RENAME TO vectors")
+    _log_vector_changes(db)
+    db.execute("INSERT INTO counts VALUES ('slots', ?), ('vector_generation', 0)", (slots,))
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_vector_log", _m002_vector_log),
@@ -86,6 +118,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m004_chunk_log", _m004_chunk_log),
     ("m005_log_inserts_per_batch", _m005_log_inserts_per_batch),
     ("m006_counts", _m006_counts),
+    ("m007_vector_files", _m007_vector_files),
 ]
 VECTOR_LOG_KEEP = 200_000  # older entries are pruned; a process further behind reloads everything
 CHUNK_LOG_KEEP = VECTOR_LOG_KEEP

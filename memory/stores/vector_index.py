@@ -15,6 +15,7 @@ scan reads 89 MB per query and is bound by memory bandwidth; the prefilter reads
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,7 @@ class VectorIndex:
         self.rows: Matrix | None = None
         self.version: tuple[int, int] = (-1, -1)
         self.seq = -1  # last vector_log entry applied; -1: never loaded
+        self.source: Path | None = None  # the vector file it was read from (memory.stores.vector_file)
         self.dim = dim
         self.exact_up_to = exact_up_to
         self.projection: Projection | None = None
@@ -96,9 +98,8 @@ class VectorIndex:
         assert self.columns is not None
         return self.columns if kept is None else self.columns[:, kept]
 
-    def replaced(self, keep: npt.NDArray[np.bool_], ids: list[int], vecs: list[bytes]) -> VectorIndex:
-        """The next snapshot: the rows where `keep` is true, then the new ones."""
-        new = np.frombuffer(b"".join(vecs), np.float32).reshape(len(vecs), self.dim)
+    def replaced(self, keep: npt.NDArray[np.bool_], ids: npt.NDArray[np.int64], new: Matrix) -> VectorIndex:
+        """The next snapshot: the rows where `keep` is true, then `new` (one vector per row) with `ids`."""
         out = VectorIndex(self.dim, exact_up_to=self.exact_up_to)
         kept = np.flatnonzero(keep)
         unchanged = len(kept) == len(self.ids)  # the common case after an edit elsewhere: appends only

@@ -7,11 +7,14 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+import memory.stores.sqlite as sqlite_store
 from memory.indexing.tokens import query_tokens
 from memory.ranking import glob_match
 from memory.stores.base import Filters, Hit, StoreStats
 from memory.stores.sqlite import SQLiteStore
+from memory.stores.vector_file import VectorFile
 from tests.memory.conftest import FIXTURE_FILES, index_text
 
 DIM = 8
@@ -116,3 +119,85 @@ def test_filters_give_the_top_results_of_post_filtering_and_follow_edits(tmp_pat
     assert store.vector_search(query, 5, Filters(path_glob="pkg1/**")) == []
     assert store.keyword_search(tokens, 5, Filters(language="rust")) == []
     store.close()
+
+
+def _everything(store: SQLiteStore) -> tuple[list[tuple[str, float]], ...]:
+    """Every search this file asks, as (chunk id, score) lists: what must survive a reopen."""
+    query = _random_vectors(1, seed=42)[0]
+    tokens = query_tokens("answer request handler value module")
+    return tuple(
+        [(h.chunk_id, round(h.score, 5)) for h in found]
+        for found in (
+            store.vector_search(query, 1000, Filters()),
+            store.vector_search(query, 7, Filters(path_glob="pkg2/**")),
+            store.keyword_search(tokens, 1000, Filters()),
+            store.keyword_search(tokens, 7, Filters(path_glob="pkg2/**")),
+        )
+    )
+
+
+def test_reopening_gives_the_same_results_after_edits_deletes_and_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "COMPACT_MIN_SLOTS", 40)
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 20)
+    _embed_in_batches(store, batch=9)
+    for round_ in range(3):  # edits re-embed chunks, leaving dead slots until a compaction
+        for i in range(0, 20, 2):
+            index_text(store, f"pkg{i % 3}/mod_{i}.py", _source(i).replace("value", f"v{round_}"), "python")
+        _embed_in_batches(store, batch=9)
+    store.delete_files(["pkg1/mod_1.py"])
+    before = _everything(store)
+    assert len(before[0]) == store.stats().vectors == 57  # every live vector once, no deleted or replaced one
+    generations = sorted(p.name for p in tmp_path.glob("index.sqlite.vectors-*.f32"))
+    assert generations != ["index.sqlite.vectors-0.f32"]  # compacted at least once, the old files removed
+    assert len(generations) == 1
+    store.close()
+    reopened = SQLiteStore(path, model_id="m1", dim=DIM)
+    assert _everything(reopened) == before
+    reopened.close()
+
+
+def test_a_store_with_vectors_inside_the_database_is_migrated_to_vector_files(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 12)
+    _embed_in_batches(store, batch=5)
+    store.delete_files(["pkg0/mod_3.py"])
+    before = _everything(store)
+    store.close()
+    with sqlite3.connect(path) as db:  # back to the m006 layout: one BLOB per vector, no files
+        files = VectorFile(path, 0, DIM)
+        ids = files.ids(36)
+        live = [(int(rowid), files.read(36)[slot].tobytes()) for slot, rowid in enumerate(ids) if rowid >= 0]
+        db.execute("DROP TABLE vectors")
+        db.execute("CREATE TABLE vectors (id INTEGER PRIMARY KEY, vec BLOB NOT NULL)")
+        db.executemany("INSERT INTO vectors VALUES (?, ?)", live)
+        db.execute("DELETE FROM counts WHERE name IN ('slots', 'vector_generation')")
+        db.execute("DELETE FROM _migrations WHERE name = 'm007_vector_files'")
+    files.remove()
+    assert len(live) == 33
+    migrated = SQLiteStore(path, model_id="m1", dim=DIM)
+    assert _everything(migrated) == before
+    assert migrated.stats() == _counted(path) == StoreStats(files=11, chunks=33, vectors=33)
+    _fill(migrated, 13)  # and it goes on: the deleted file back and one new one, their chunks embedded
+    _embed_in_batches(migrated, batch=5)
+    assert len(migrated.vector_search(_random_vectors(1)[0], 1000, Filters())) == 39
+    migrated.close()
+
+
+def test_another_model_starts_a_new_vector_file(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 4)
+    _embed_in_batches(store, batch=5)
+    store.close()
+    other = SQLiteStore(path, model_id="m2", dim=DIM)
+    assert other.vector_search(_random_vectors(1)[0], 10, Filters()) == []
+    assert not VectorFile(path, 0, DIM).vectors_path.exists()
+    _embed_in_batches(other, batch=5)
+    assert len(other.vector_search(_random_vectors(1)[0], 100, Filters())) == 12
+    assert VectorFile(path, 1, DIM).vectors_path.exists()
+    other.close()

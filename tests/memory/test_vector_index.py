@@ -38,7 +38,7 @@ def _embedding_like(n: int, seed: int) -> np.ndarray:
 
 def _index(vectors: np.ndarray, *, exact_up_to: int, first_id: int = 0) -> VectorIndex:
     ids = list(range(first_id, first_id + len(vectors)))
-    return VectorIndex(DIM, exact_up_to=exact_up_to).replaced(np.zeros(0, bool), ids, [v.tobytes() for v in vectors])
+    return VectorIndex(DIM, exact_up_to=exact_up_to).replaced(np.zeros(0, bool), np.asarray(ids, np.int64), vectors)
 
 
 def _exact(vectors: np.ndarray, ids: np.ndarray, query: np.ndarray, k: int) -> list[int]:
@@ -80,7 +80,7 @@ def test_edits_keep_the_reduced_matrix_in_step() -> None:
     keep = np.ones(3000, bool)
     keep[::3] = False  # a third deleted
     added = _embedding_like(500, seed=6)
-    edited = index.replaced(keep, list(range(5000, 5500)), [v.tobytes() for v in added])
+    edited = index.replaced(keep, np.arange(5000, 5500), added)
     assert edited.projection is projection  # not refitted: the index has not doubled
     assert edited.reduced is not None
     np.testing.assert_allclose(edited.reduced, projection.reduce(edited.vectors()), atol=1e-5)
@@ -95,10 +95,10 @@ def test_shrinking_below_the_threshold_goes_back_to_exact_and_doubling_refits() 
     assert index.projection is not None
     keep = np.zeros(1500, bool)
     keep[:600] = True
-    shrunk = index.replaced(keep, [], [])
+    shrunk = index.replaced(keep, np.zeros(0, np.int64), np.zeros((0, DIM), np.float32))
     assert shrunk.projection is None and shrunk.columns is not None and shrunk.rows is None
     grown = _embedding_like(3000, seed=9)
-    regrown = index.replaced(np.ones(1500, bool), list(range(9000, 12000)), [v.tobytes() for v in grown])
+    regrown = index.replaced(np.ones(1500, bool), np.arange(9000, 12000), grown)
     assert regrown.projection is not index.projection and regrown.fitted_on_rows == 4500
 
 
