@@ -45,6 +45,15 @@ cut the slowest BM25 from 89 to 37 ms; recall on benchmarks/search_quality.py wa
 common in bodies but decisive in names)."""
 
 
+def _embed_columns(chunk: ChunkRecord) -> tuple[str, str]:
+    """(embed_prefix, embed_text) as stored: what the embedder sees is usually the text after a
+    line of context (a method's class), so only that line is stored; embed_text only when it is
+    something else."""
+    if chunk.embed_text.endswith(chunk.text):
+        return chunk.embed_text[: len(chunk.embed_text) - len(chunk.text)], ""
+    return "", chunk.embed_text
+
+
 class SQLiteStore:
     fuses_locally = True  # memory.search runs BM25 and the query embedding concurrently
 
@@ -167,7 +176,7 @@ class SQLiteStore:
             first = (row[0] if row else 0) + 1
             db.executemany(
                 "INSERT INTO chunks (id, chunk_id, path, start_line, end_line, language, kind, symbol, text,"
-                " embed_text, embed_hash, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " embed_prefix, embed_text, embed_hash, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         first + i,
@@ -179,7 +188,7 @@ class SQLiteStore:
                         c.kind,
                         c.symbol,
                         c.text,
-                        "" if c.embed_text == c.text else c.embed_text,
+                        *_embed_columns(c),
                         c.embed_hash,
                         c.meta,
                     )
@@ -271,8 +280,8 @@ class SQLiteStore:
         rows = (
             self._reader()
             .execute(
-                # embed_text is stored only where it differs from text (methods carry their class line).
-                "SELECT chunk_id, CASE WHEN embed_text = '' THEN text ELSE embed_text END, embed_hash FROM chunks"
+                "SELECT chunk_id, CASE WHEN embed_text = '' THEN embed_prefix || text ELSE embed_text END, embed_hash"
+                " FROM chunks"
                 " WHERE has_vec = 0 ORDER BY id LIMIT ?",
                 (limit,),
             )

@@ -111,6 +111,17 @@ def _m007_vector_files(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO counts VALUES ('slots', ?), ('vector_generation', 0)", (slots,))
 
 
+def _m008_embed_prefix(db: sqlite3.Connection) -> None:
+    # The text a method is embedded with is its class line then its text: storing it whole kept a
+    # second copy of two chunks in three (25 of 172 MB for the standard library).
+    db.execute("ALTER TABLE chunks ADD COLUMN embed_prefix TEXT NOT NULL DEFAULT ''")
+    db.execute(
+        "UPDATE chunks SET embed_prefix = substr(embed_text, 1, length(embed_text) - length(text)), embed_text = ''"
+        " WHERE embed_text != '' AND length(embed_text) >= length(text)"
+        " AND substr(embed_text, length(embed_text) - length(text) + 1) = text"
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m001_initial", _m001_initial),
     ("m002_vector_log", _m002_vector_log),
@@ -119,6 +130,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("m005_log_inserts_per_batch", _m005_log_inserts_per_batch),
     ("m006_counts", _m006_counts),
     ("m007_vector_files", _m007_vector_files),
+    ("m008_embed_prefix", _m008_embed_prefix),
 ]
 VECTOR_LOG_KEEP = 200_000  # older entries are pruned; a process further behind reloads everything
 CHUNK_LOG_KEEP = VECTOR_LOG_KEEP

@@ -201,3 +201,36 @@ def test_another_model_starts_a_new_vector_file(tmp_path: Path) -> None:
     assert len(other.vector_search(_random_vectors(1)[0], 100, Filters())) == 12
     assert VectorFile(path, 1, DIM).vectors_path.exists()
     other.close()
+
+
+def _class_source(methods: int) -> str:
+    body = "\n".join(
+        f"    def method_{j}(self, value):\n        '''Scale value by {j}.'''\n        return value * {j}\n"
+        for j in range(methods)
+    )
+    return f"class ReportScaler:\n    '''Scales report values.'''\n\n{body}"
+
+
+def test_a_methods_text_is_stored_once_and_an_older_store_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    index_text(store, "report.py", _class_source(40), "python")
+    embed_texts = [(p.chunk_id, p.embed_text) for p in store.pending(1000)]
+    assert sum("class ReportScaler" in text for _, text in embed_texts) >= 20  # methods carry their class line
+    store.close()
+
+    def stored_twice(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT count(*) FROM chunks WHERE instr(embed_text, text) > 0").fetchone()[0])
+
+    with sqlite3.connect(path) as db:
+        assert stored_twice(db) == 0
+        # back to the m007 layout: embed_text whole wherever it differs from the text
+        db.execute("UPDATE chunks SET embed_text = embed_prefix || text WHERE embed_prefix != ''")
+        db.execute("ALTER TABLE chunks DROP COLUMN embed_prefix")
+        db.execute("DELETE FROM _migrations WHERE name = 'm008_embed_prefix'")
+        assert stored_twice(db) >= 20
+    migrated = SQLiteStore(path, model_id="m1", dim=DIM)
+    assert [(p.chunk_id, p.embed_text) for p in migrated.pending(1000)] == embed_texts
+    migrated.close()
+    with sqlite3.connect(path) as db:
+        assert stored_twice(db) == 0
