@@ -377,8 +377,9 @@ class SQLiteStore:
                     _, last_of = np.unique(ids[::-1], return_index=True)
                     kept = np.sort(len(ids) - 1 - last_of)
                     kept = kept[ids[kept] >= 0]
+                    vectors = files.read(slots)
                     fresh = VectorIndex(self.dim, exact_up_to=index.exact_up_to).replaced(
-                        np.zeros(0, bool), ids[kept], files.read(slots)[kept]
+                        np.zeros(0, bool), ids[kept], vectors if len(kept) == slots else vectors[kept]
                     )
                 elif touched:
                     found = []

@@ -58,10 +58,10 @@ class VectorFile:
         return np.fromfile(self.ids_path, np.int64, count=slots)
 
     def read(self, slots: int) -> Matrix:
-        """The first `slots` vectors, one sequential read."""
+        """The first `slots` vectors, memory-mapped (read-only): the caller copies what it keeps."""
         if not slots:
             return np.zeros((0, self.dim), np.float32)
-        return np.fromfile(self.vectors_path, np.float32, count=slots * self.dim).reshape(slots, self.dim)
+        return np.memmap(self.vectors_path, np.float32, mode="r", shape=(slots, self.dim))
 
     def read_slots(self, slots: npt.NDArray[np.int64]) -> Matrix:
         """The vectors at `slots` (a few: an incremental refresh)."""
