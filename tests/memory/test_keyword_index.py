@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import memory.stores.keyword_index as keyword_index
 import memory.stores.sqlite as sqlite_store
 from memory.indexing.tokens import query_tokens
 from memory.stores.base import Filters
@@ -61,7 +62,7 @@ def test_scores_equal_fts5_and_follow_another_writer(tmp_path: Path) -> None:
         writer.delete_files(["pkg/mod1.py", "pkg/mod2.py"])
         index_text(writer, "pkg/new.py", _source(rng, 6))
         _assert_same_ranking(reader)  # patched in place, not reloaded
-        # The in-memory path (no filter) and the FTS5 path (a filter) return the same hits.
+        # A filter every row passes changes nothing (memory.stores.row_filter).
         ours = reader.keyword_search(query_tokens("socket timeout"), 3, Filters())
         theirs = reader.keyword_search(query_tokens("socket timeout"), 3, Filters(language="python"))
         assert [h.chunk_id for h in ours] == [h.chunk_id for h in theirs]
@@ -87,3 +88,36 @@ def test_a_reader_behind_the_pruned_log_reloads(tmp_path: Path, monkeypatch: pyt
     finally:
         reader.close()
         writer.close()
+
+
+def test_the_postings_cache_is_sized_by_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keyword_index, "MIN_POSTINGS", 0)
+    monkeypatch.setattr(keyword_index, "POSTINGS_PER_ROW", 2)  # far below what the queries need: evictions
+    rng = random.Random(5)
+    store = SQLiteStore(tmp_path / "index.sqlite", model_id="m", dim=4)
+    try:
+        index_text(store, "small.py", _source(rng, 20))
+        _assert_same_ranking(store)
+        rows = store._keywords._rows
+        assert 0 < store._keywords._held <= 2 * rows + max(len(p.rows) for p in store._keywords._cache.values())
+        for i in range(6):
+            index_text(store, f"more{i}.py", _source(rng, 20))
+        _assert_same_ranking(store)
+        assert store._keywords._rows > 5 * rows
+        assert store._keywords._held > 2 * rows  # the larger table keeps more
+    finally:
+        store.close()
+
+
+def test_long_rows_are_measured_as_fts5_does(tmp_path: Path) -> None:
+    # Rows of over 127 tokens store their length in multi-byte varints (keyword_index._set_lengths).
+    rng = random.Random(3)
+    store = SQLiteStore(tmp_path / "index.sqlite", model_id="m", dim=4)
+    try:
+        for i, words in enumerate((40, 200, 3000)):
+            body = " ".join(rng.choices(WORDS, k=words))
+            index_text(store, f"long{i}.py", f"def long_{i}(value):\n    '''{body}'''\n    return value\n")
+        index_text(store, "short.py", _source(rng, 10))
+        _assert_same_ranking(store)
+    finally:
+        store.close()
