@@ -9,7 +9,9 @@ Steps (each idempotent):
 2. check the pinned sha256,
 3. apply three exact-match edits (each must match exactly once, or we stop),
 4. build a pure-Python wheel with NO_OCEAN=1 NO_TRAIN=1 into .tools/wheels/ (cached),
-5. install it with psutil, numpy<2 and gymnasium<=0.29.1.
+5. install it with --no-deps and its runtime requirements named here: its metadata says numpy<2,
+   which has no Python 3.13 wheels, while the pure-Python part rlide uses runs on numpy 2 (the
+   numpy version is rlide's own requirement, by Python version, in pyproject.toml).
 
 Usage: python scripts/build_pufferlib.py [--python PATH] [--wheel-dir DIR] [--no-install]
 """
@@ -30,7 +32,15 @@ VERSION = "3.0.0"
 SDIST = f"{NAME}-{VERSION}.tar.gz"
 SDIST_SHA256 = "7df3a3e3f5f894d78d2a1f5374097890aec01473183e748abefe4f3faa10eaa9"
 WHEEL = f"{NAME}-{VERSION}-py3-none-any.whl"
-RUNTIME_REQUIREMENTS = ["psutil>=5.9", "numpy<2", "gymnasium<=0.29.1"]
+# The wheel's own requirements less numpy, plus psutil, which pufferlib.vector imports undeclared.
+RUNTIME_REQUIREMENTS = [
+    "psutil>=5.9",
+    "gym<=0.23",
+    "gymnasium<=0.29.1",
+    "pettingzoo<=1.24.1",
+    "shimmy[gym-v21]",
+    "setuptools",  # gym 0.23 imports distutils, gone from the standard library since 3.12
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -183,7 +193,11 @@ def main() -> int:
         log("pufferlib already installed")
         return 0
     subprocess.run(
-        [args.python, "-m", "pip", "install", "--quiet", str(wheel), *RUNTIME_REQUIREMENTS],
+        [args.python, "-m", "pip", "install", "--quiet", *RUNTIME_REQUIREMENTS],
+        check=True,
+    )
+    subprocess.run(
+        [args.python, "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
         check=True,
     )
     log("installed pufferlib " + VERSION)

@@ -52,6 +52,27 @@ else
   say ".venv is up to date"
 fi
 
+# --- a second interpreter for the core suite (server, sandbox, pool, search): Python 3.13 -------
+# CI runs the whole suite on 3.11 (.venv) and the core suite on each of these (scripts/test.sh).
+# The training extra is left out: its torch and ART are exercised on 3.11 only.
+# RLIDE_EXTRA_PYTHONS="" skips them; "3.12 3.13" adds 3.12.
+for version in ${RLIDE_EXTRA_PYTHONS-3.13}; do
+  venv=.venv-$version
+  if ! py=$(bash scripts/find_python.sh "$version"); then
+    say "WARNING: no Python $version interpreter found (PATH, pyenv, /usr/bin): its core suite is skipped"
+    continue
+  fi
+  [[ -x $venv/bin/python ]] || { say "creating $venv with $py"; "$py" -m venv "$venv"; }
+  if [[ ! -f $venv/.rlide-setup || $(cat "$venv/.rlide-setup") != "$want" ]]; then
+    say "installing rlide's core into $venv"
+    "$venv/bin/pip" install -q --upgrade pip >/dev/null
+    "$venv/bin/pip" install -q -e ".[dev,postgres,docker]"
+    PYTHON=$venv/bin/python bash scripts/setup_envpool.sh
+    PYTHON=$venv/bin/python bash scripts/setup_memory.sh
+    echo "$want" > "$venv/.rlide-setup"
+  fi
+done
+
 # --- node tools for the tests: the MCP Inspector CLI (an independent client), the conformance suite ---
 if command -v npm >/dev/null; then
   if ! cmp -s scripts/node-tools/package-lock.json .tools/package-lock.json \

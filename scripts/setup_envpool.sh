@@ -3,7 +3,7 @@
 #   - Debian packages: bubblewrap (the default sandbox) and patch (run_tests with a diff), installed
 #     only if missing and only when root; otherwise a clear warning.
 #   - pufferlib 3.0.0 built from its sdist without torch (scripts/build_pufferlib.py; wheel cached
-#     under .tools/wheels/), plus psutil, numpy<2, gymnasium<=0.29.1.
+#     under .tools/wheels/), installed with --no-deps plus its requirements less numpy (see there).
 #   - the docker backend's engine and image: scripts/setup_docker.sh.
 # Usage: scripts/setup_envpool.sh   (PYTHON=/path/to/python to choose the interpreter)
 set -euo pipefail

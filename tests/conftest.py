@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import queue
@@ -20,6 +21,23 @@ from episodes.store import EpisodeStore
 
 # Real servers the tests start themselves: PostgreSQL on loopback, a Docker engine when root.
 pytest_plugins = ["tests.postgres_server", "tests.envpool.docker_engine"]
+
+TRAINING_EXTRA = all(importlib.util.find_spec(m) for m in ("torch", "art", "transformers", "peft"))
+"""Whether `rlide[training]` is installed. Without it (the core suite, as on Python 3.13 in CI) the
+training tests are not collected (their modules import torch) and tests marked `training` are skipped."""
+collect_ignore = [] if TRAINING_EXTRA else ["training"]
+
+
+def pytest_report_header() -> str:
+    if TRAINING_EXTRA:
+        return "rlide[training]: installed"
+    return "rlide[training]: not installed: tests/training is not collected, tests marked `training` are skipped"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not TRAINING_EXTRA and item.get_closest_marker("training"):
+        pytest.skip("needs the training extra: pip install -e '.[training]'")
+
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -17,7 +17,7 @@ from episodes.store import EpisodeStore
 from tests.mcp_server.dashboard.browser import headless_chromium, require_chromium, screenshot, wait_for
 from tests.mcp_server.dashboard.seed import HOSTILE, seed
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.training]  # the charts come from a real cpu run
 
 
 def _by(chrome: Any, test: str) -> list[Any]:
