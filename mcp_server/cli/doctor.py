@@ -160,6 +160,9 @@ def check_training(settings: Settings) -> list[Check]:
     from training.backends.tinker import TinkerArtBackend
 
     core = _has("torch") and _has("art") and _has("transformers") and _has("peft")
+    # Without the training extra, the default backend is a note, not a failure: the server, sandbox and
+    # search need none of it (a core install, as on Python 3.13 in CI). Chosen explicitly, it counts.
+    counts = core or "training_backend" in settings.model_fields_set
     checks = [
         Check(
             "training",
@@ -167,8 +170,8 @@ def check_training(settings: Settings) -> list[Check]:
             core,
             "LoRA SFT, GRPO (ART's loss) and DPO on CPU"
             if core
-            else "pip install 'rlide[training]' (torch==2.13.0 only)",
-            selected=settings.training_backend == "cpu",
+            else "not installed (only the training worker needs it): pip install 'rlide[training]' (torch 2.13.0)",
+            selected=settings.training_backend == "cpu" and counts,
         )
     ]
     descriptions = {
@@ -207,7 +210,7 @@ def check_base_models(settings: Settings) -> list[Check]:
 
 
 def check_tools() -> list[Check]:
-    inspector = Path(__file__).resolve().parents[1] / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
+    inspector = Path(__file__).resolve().parents[2] / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
     return [
         Check("tools", "node", shutil.which("node") is not None, shutil.which("node") or "not on PATH"),
         Check(

@@ -45,6 +45,8 @@ def project(tmp_path: Path) -> Path:
     git(root, "commit", "-q", "-m", "calc")
     (root / "draft.py").write_text("DRAFT = 1\n")  # an uncommitted file from before the episode
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")], check=True)
+    # Python 3.13's venv ignores itself in git; the project's own .gitignore need not (as in older ones).
+    (root / ".venv" / ".gitignore").unlink(missing_ok=True)
     return root
 
 

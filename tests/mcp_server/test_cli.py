@@ -131,6 +131,36 @@ def test_doctor_reports_backends(home: Path) -> None:
     assert report["settings"]["home"] == str(home)
 
 
+def test_doctor_finds_the_node_tools_that_setup_installed(home: Path) -> None:
+    report = json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)
+    [inspector] = [c for c in report["checks"] if c["name"] == "mcp-inspector"]
+    installed = Path(__file__).resolve().parents[2] / ".tools" / "node_modules" / ".bin" / "mcp-inspector"
+    assert inspector["ok"] is installed.exists()
+    if installed.exists():
+        assert inspector["detail"] == str(installed)
+
+
+def test_without_the_training_extra_doctor_notes_it_unless_training_was_chosen(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A core install (server, sandbox, search) is healthy without torch; one that asked for the cpu
+    training backend is not."""
+    from mcp_server.cli import doctor
+
+    monkeypatch.setattr(doctor, "_has", lambda module: module not in {"torch", "art"})
+    result = runner.invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    [cpu] = [c for c in json.loads(result.stdout)["checks"] if (c["area"], c["name"]) == ("training", "cpu")]
+    assert (cpu["ok"], cpu["selected"]) == (False, False)
+    assert "not installed" in cpu["detail"] and "rlide[training]" in cpu["detail"]
+
+    monkeypatch.setenv("RLIDE_TRAINING_BACKEND", "cpu")
+    chosen = runner.invoke(app, ["doctor", "--json"])
+    assert chosen.exit_code == 1
+    [cpu] = [c for c in json.loads(chosen.stdout)["checks"] if (c["area"], c["name"]) == ("training", "cpu")]
+    assert (cpu["ok"], cpu["selected"]) == (False, True)
+
+
 def test_doctor_says_which_workspace_is_served(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "project"
     project.mkdir()
@@ -379,6 +409,7 @@ def test_run_json_is_alone_on_stdout_when_the_sandbox_logs(
     assert "sandbox.unsafe_local" in done.stderr
 
 
+@pytest.mark.training
 def test_training_commands_print_no_library_chatter(rlide_exe: Path, rlide_env: dict[str, str]) -> None:
     """Progress bars on every checkpoint and the libraries' FutureWarnings filled the worker's stderr
     (and its journal); rlide's own log lines remain."""
