@@ -66,8 +66,9 @@ class Projection:
         return cls(mean.astype(np.float32), np.ascontiguousarray(basis, np.float32))
 
     def reduce(self, columns: Matrix) -> Matrix:
-        """(dims, n), C order: scored like the full matrix (see `VectorIndex.columns`)."""
-        return np.ascontiguousarray(self.basis.T @ (columns - self.mean[:, None]), np.float32)
+        """(dims, n), C order: scored like the full matrix (see `VectorIndex.columns`). The mean is
+        projected and subtracted after: centring first made a copy of every vector (1.5 GB at 1M)."""
+        return np.ascontiguousarray(self.basis.T @ columns - (self.basis.T @ self.mean)[:, None], np.float32)
 
 
 def _columns(old: Matrix, new: Matrix) -> Matrix:
