@@ -128,7 +128,7 @@ class SQLiteStore:
                 raise
             self._db.execute("COMMIT")
             self._local_writes += 1
-            for action in self._after_commit:  # see memory.stores.vector_file: marks dead slots
+            for action in self._after_commit:  # memory.stores.vector_file: dead slots, old generations
                 action()
 
     def _migrate(self) -> None:
