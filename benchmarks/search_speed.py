@@ -244,7 +244,7 @@ def _scaling_queries(root: Path, spectrum: str, n_queries: int) -> dict[str, Any
         "hybrid_path_glob": (Mode.HYBRID, Filters(path_glob="c0/json/**")),
     }
     first: dict[str, float] = {}
-    for name in ("keyword", "dense", "hybrid"):  # right after opening: what a restarted server's first search costs
+    for name in runs:  # right after opening: what a restarted server's first search of each kind costs
         mode, filters = runs[name]
         t0 = time.perf_counter()
         search(store, embedder, f"first {name} query after opening", 10, filters, mode=mode)
