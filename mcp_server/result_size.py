@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pydantic_core
+from mcp_types import CallToolResult
 from pydantic import BaseModel
 
 FIT_TRIES = 6
@@ -38,16 +39,26 @@ def model_result_chars(model: BaseModel) -> int:
     return result_chars({"content": [{"type": "text", "text": text}], "structuredContent": structured})
 
 
-def fit_result(build: Callable[[int], Result], limit: int, longest: int) -> Result:
+def call_result_chars(result: CallToolResult) -> int:
+    """`result_chars` of a tool that builds its own `CallToolResult` (sent as it is)."""
+    return result_chars(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def fit_result(
+    build: Callable[[int], Result],
+    limit: int,
+    longest: int,
+    measure: Callable[[Result], int] = model_result_chars,
+) -> Result:
     """`build(budget)` makes the result with each of its long texts cut to at most `budget`
     characters; `longest` is the longest of those texts. Returns the first result that fits
-    `limit`, trying budgets from `longest` down, each scaled by how far over the last one was; after
-    `FIT_TRIES`, the last one (the middleware then reports it: only a result whose other fields
-    alone are over the limit gets there)."""
+    `limit` (as `measure` counts it), trying budgets from `longest` down, each scaled by how far
+    over the last one was; after `FIT_TRIES`, the last one (the middleware then reports it: only a
+    result whose other fields alone are over the limit gets there)."""
     budget = longest
     result = build(budget)
     for _ in range(FIT_TRIES):
-        size = model_result_chars(result)
+        size = measure(result)
         if size <= limit:
             break
         budget = int(budget * limit / size * FIT_MARGIN)

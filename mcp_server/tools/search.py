@@ -7,14 +7,20 @@ from typing import Annotated, Any, Literal
 import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
-from mcp_server.result_size import clip, fit_result
+from mcp_server.result_size import call_result_chars, clip, fit_result
 from mcp_server.state import AppState, app_state
 from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
-from memory.models import IndexStatus, SearchResponse
+from memory.models import CodeHit, IndexStatus, SearchResponse
+
+ANSWER_CHARS = 10_000
+"""What a default search answer may take (the whole reply, as sent): the top hits' text within it."""
+FULL_TOP = 3
+"""Hits whose whole text a default answer shows; the others show an excerpt."""
+EXCERPT_LINES = 3
 
 WorkspacePath = Annotated[
     str | None,
@@ -34,6 +40,31 @@ class IndexReport(BaseModel):
     complete: bool
     last_error: str | None = None
     note: str | None = None
+
+
+class HitLocation(BaseModel):
+    rank: int = Field(description="1 = best; the text block shows each hit's code under its rank")
+    path: str = Field(description="workspace-relative POSIX path")
+    start_line: int = Field(description="1-based, inclusive")
+    end_line: int = Field(description="1-based, inclusive")
+    symbol: str = Field(description="the function or class; a method as Class.method")
+    kind: str = Field(description="code | test | doc")
+    language: str
+    score: float
+    shown: Literal["whole", "head", "excerpt"] = Field(
+        description="how much of the hit's code the text block shows: all of it, its first lines (cut to fit), "
+        "or a short excerpt (its first lines; read the file, or search again with full_text, for more)"
+    )
+
+
+class SearchAnswer(BaseModel):
+    """Where the code is, as data; the code itself is in the text block, once (not a JSON copy of this)."""
+
+    query: str
+    mode: str = Field(description="hybrid | keyword | dense: what actually ranked the results")
+    results: list[HitLocation]
+    index: IndexStatus
+    note: str | None = Field(default=None, description="what to do when the index is incomplete")
 
 
 class RecallResult(BaseModel):
@@ -70,11 +101,15 @@ async def search_code(
         Literal["code", "test", "doc"] | None,
         Field(description="Only code, tests, or docs (docs, examples, changelogs). Default: all, code first."),
     ] = None,
+    full_text: Annotated[
+        bool, Field(description="Every hit's whole code (within the reply limit), not only the top 3's.")
+    ] = False,
     workspace: WorkspacePath = None,
-) -> SearchResponse:
+) -> Annotated[CallToolResult, SearchAnswer]:
     """Search the workspace's code (keyword + semantic). A pasted error message or quoted text leads to where it is
-    raised or logged; tests and docs rank below the code unless asked for. Never waits for indexing: says how
-    complete the index is."""
+    raised or logged; tests and docs rank below the code unless asked for. The answer lists each hit's path, lines
+    and symbol; it shows the code of the top 3 and an excerpt of the others (10,000 characters at most; with
+    full_text, every hit's code). Never waits for indexing: says how complete the index is."""
     state = app_state(ctx)
     service = await _service(state, workspace)
     try:
@@ -83,13 +118,61 @@ async def search_code(
         )
     except RlideMemoryError as exc:
         raise ToolError(str(exc)) from exc
+    whole = len(response.results) if full_text else FULL_TOP
+    limit = state.settings.max_result_chars if full_text else min(ANSWER_CHARS, state.settings.max_result_chars)
+    longest = max((len(hit.text) for hit in response.results[:whole]), default=0)
+    return fit_result(lambda budget: _answer(response, whole, budget), limit, longest, measure=call_result_chars)
 
-    def cut_to(budget: int) -> SearchResponse:
-        hits = [hit.model_copy(update={"text": _head(hit.text, budget)}) for hit in response.results]
-        return response.model_copy(update={"results": hits})
 
-    longest = max((len(hit.text) for hit in response.results), default=0)
-    return fit_result(cut_to, state.settings.max_result_chars, longest)
+def _answer(response: SearchResponse, whole: int, budget: int) -> CallToolResult:
+    """The first `whole` hits' code cut to `budget` characters each, an excerpt of the others: as one
+    text block to read, and the hits' locations as structured content."""
+    located: list[HitLocation] = []
+    blocks = [_headline(response)]
+    for rank, hit in enumerate(response.results, start=1):
+        if rank <= whole:
+            code = _head(hit.text, budget)
+            shown: Literal["whole", "head", "excerpt"] = "whole" if code == hit.text else "head"
+        else:
+            code, shown = _excerpt(hit.text), "excerpt"
+        located.append(HitLocation(rank=rank, shown=shown, **hit.model_dump(exclude={"text"})))
+        blocks.append(_hit_block(rank, hit, code))
+    answer = SearchAnswer(
+        query=response.query, mode=response.mode, results=located, index=response.index, note=response.note
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text="\n\n".join(blocks))],
+        structured_content=answer.model_dump(mode="json"),
+    )
+
+
+def _headline(response: SearchResponse) -> str:
+    count = len(response.results)
+    line = f"{count} result{'s' if count != 1 else ''} for {response.query!r} ({response.mode})"
+    return f"{line}\nnote: {response.note}" if response.note else line
+
+
+def _hit_block(rank: int, hit: CodeHit, code: str) -> str:
+    symbol = f"  {hit.symbol}" if hit.symbol else ""
+    kind = "" if hit.kind == "code" else f"  [{hit.kind}]"
+    fence = "`" * max(3, _longest_backtick_run(code) + 1)
+    return f"{rank}. {hit.path}:{hit.start_line}-{hit.end_line}{symbol}{kind}\n{fence}{hit.language}\n{code}\n{fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    run = longest = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return longest
+
+
+def _excerpt(text: str) -> str:
+    """A hit's first lines that say something (its signature and the start of its docstring)."""
+    lines = text.rstrip("\n").split("\n")
+    kept = [line[:160] for line in lines if line.strip()][:EXCERPT_LINES]
+    left_out = len(lines) - len(kept)
+    return "\n".join(kept) + (f"\n[... {left_out} more lines]" if left_out > 0 else "")
 
 
 def _head(text: str, budget: int) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
+from mcp_types import TextContent
 
+from mcp_server.result_size import result_chars
 from mcp_server.server import build_server
 from mcp_server.settings import Settings, load_settings
 from tests.mcp_calls import call_ok
@@ -46,9 +50,11 @@ async def client(request: pytest.FixtureRequest, settings: Settings) -> AsyncIte
 async def test_index_then_search_finds_the_function(client: Client) -> None:
     report = await call_ok(client, "index_workspace", {"wait_s": 60})
     assert report["complete"] and report["files_indexed"] == 3 and report["last_error"] is None
-    found = await call_ok(client, "search_code", {"query": "where is the reward computed?", "k": 3})
+    found, text = await search(client, {"query": "where is the reward computed?", "k": 3})
     assert found["results"][0]["path"] == "src/reward.py"
-    assert found["results"][0]["start_line"] == 1 and "compute_reward" in found["results"][0]["text"]
+    assert found["results"][0]["start_line"] == 1 and found["results"][0]["symbol"] == "compute_reward"
+    assert found["results"][0]["shown"] == "whole"
+    assert "1. src/reward.py:1-3  compute_reward\n```python\ndef compute_reward(" in text
     assert found["index"]["complete"] is True and found["note"] is None
 
     only_ts = await call_ok(client, "search_code", {"query": "render page title", "path_glob": "*.ts"})
@@ -60,12 +66,21 @@ async def test_index_then_search_finds_the_function(client: Client) -> None:
     assert status["chunks_indexed"] >= 3 and status["vectors_pending"] == 0
 
 
+async def search(client: Client, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A search_code answer: the hits' locations (structured) and the text block the model reads."""
+    result = await client.call_tool("search_code", args)
+    assert not result.is_error and result.structured_content is not None, result.content
+    [block] = result.content
+    assert isinstance(block, TextContent)
+    return result.structured_content, block.text
+
+
 @pytest.mark.anyio
-async def test_default_search_over_long_definitions_fits_the_reply(tmp_path: Path) -> None:
-    """Ten hits of ~2,300 characters of real-looking code (newlines and quotes cost 6 characters each
-    of the reply, sent as structured content and as JSON text) used to exceed the 20,000-character
-    limit: the agent got a size error for a default search. Each hit's text now keeps its first
-    whole lines and says how many it left out."""
+async def test_the_default_answer_is_compact_and_full_text_fits_the_reply(tmp_path: Path) -> None:
+    """Ten hits of ~2,300 characters of real-looking code took 20,000 characters, the code counted
+    twice (structured content and its JSON copy). The default answer now shows the top 3 hits' code
+    and an excerpt of the others within 10,000 characters, the code once; `full_text` shows every
+    hit's first lines within the reply limit, each saying how many lines it left out."""
     ws = tmp_path / "long"
     ws.mkdir()
     for i in range(12):
@@ -75,14 +90,31 @@ async def test_default_search_over_long_definitions_fits_the_reply(tmp_path: Pat
     assert settings.max_result_chars == 20_000
     async with Client(build_server(settings)) as c:
         assert (await call_ok(c, "index_workspace", {"wait_s": 60}))["complete"]
-        result = await c.call_tool("search_code", {"query": "parse the config"})
-        assert not result.is_error, result.content
-        hits = (result.structured_content or {})["results"]
-        assert len(hits) == 10
-        assert all(h["text"].startswith(f"def load_config_{h['path'][7:-3]}(row):") for h in hits)
-        assert all((h["start_line"], h["end_line"]) == (1, 42) for h in hits)
-        cut = [h["text"] for h in hits if h["text"].endswith("more lines of this hit: read them from the file]")]
-        assert len(cut) == 10 and all(t.count("\n") < 41 for t in cut)
+        raw = await c.call_tool("search_code", {"query": "parse the config"})
+        compact, text = await search(c, {"query": "parse the config"})
+        full, full_text = await search(c, {"query": "parse the config", "full_text": True})
+    assert result_chars(raw.model_dump(mode="json", by_alias=True, exclude_none=True)) <= 10_000
+    hits = compact["results"]
+    assert len(hits) == 10 and [h["rank"] for h in hits] == list(range(1, 11))
+    assert [h["shown"] for h in hits] == ["head"] * 3 + ["excerpt"] * 7
+    assert all((h["start_line"], h["end_line"], h["symbol"]) == (1, 42, h["path"][:-3].replace("loader", "load_config"))
+               for h in hits)  # fmt: skip
+    assert all("text" not in h for h in hits) and "parse_line" not in json.dumps(compact)  # the code once
+    assert text.count("more lines of this hit: read them from the file]") == 3
+    assert text.count("[... 39 more lines]") == 7  # excerpts: the signature, the docstring, one line
+    assert [h["shown"] for h in full["results"]] == ["head"] * 10
+    assert full_text.count("more lines of this hit") == 10 and len(full_text) > len(text)
+
+
+@pytest.mark.anyio
+async def test_code_with_backtick_fences_keeps_its_own_block(tmp_path: Path) -> None:
+    ws = tmp_path / "md"
+    ws.mkdir()
+    (ws / "render.py").write_text('def fenced_markdown():\n    return "```python\\nprint(1)\\n```"\n')
+    async with Client(build_server(load_settings(home=tmp_path / "home", workspace=ws))) as c:
+        assert (await call_ok(c, "index_workspace", {"wait_s": 60}))["complete"]
+        _, text = await search(c, {"query": "fenced_markdown", "k": 1})
+    assert "\n````python\ndef fenced_markdown():" in text and text.endswith("\n````")
 
 
 @pytest.mark.anyio
@@ -195,8 +227,8 @@ async def test_a_symlinked_file_never_leaks_what_it_points_to(tmp_path: Path, wo
     async with Client(build_server(settings), mode="legacy") as client:
         report = await call_ok(client, "index_workspace", {"wait_s": 60})
         assert report["complete"]
-        found = await call_ok(client, "search_code", {"query": "zebracornflakes private key"})
-    assert all("zebracornflakes" not in hit["text"] for hit in found["results"])
+        found, text = await search(client, {"query": "zebracornflakes private key", "full_text": True})
+    assert "key material" not in text and "notes.txt" not in text  # the query itself is in the headline
     assert all(hit["path"] != "notes.txt" for hit in found["results"])
 
 
