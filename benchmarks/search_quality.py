@@ -16,6 +16,12 @@ result in an answer's file whose lines overlap the answer symbol's definition.
     python benchmarks/search_quality.py --quick    # 100 queries, 800 functions (no natural questions)
     python benchmarks/search_quality.py --natural  # the natural questions only
     python benchmarks/search_quality.py --sweep    # also fusion depth/weight variants
+    python benchmarks/search_quality.py --natural --fit-relevance  # refit memory/relevance.py's coefficients
+
+Each natural question's top 10 also checks the hits' relevance (memory/relevance.py), a probability
+that the hit answers: its calibration (expected calibration error over 10 bins, Brier score) on
+every question, and, with --fit-relevance, the coefficients fitted on all questions and on each pair
+of projects with the third left out (the figures for that third are the honest ones).
 
 Prints one JSON object on stdout. Vectors are cached (memory.embedding.embedders.EmbeddingCache), so a
 second run costs only the queries.
@@ -50,7 +56,8 @@ from memory.indexing.chunking import ChunkSpan  # noqa: E402
 from memory.indexing.files import decode_source, walk_workspace  # noqa: E402
 from memory.indexing.prepare import make_records  # noqa: E402
 from memory.indexing.tokens import query_tokens, split_identifier  # noqa: E402
-from memory.search import DEPTH, WEIGHTS  # noqa: E402
+from memory.relevance import COEFFICIENTS, FEATURES, final_order, probability  # noqa: E402
+from memory.search import DEPTH, WEIGHTS, search  # noqa: E402
 from memory.service import MemoryService  # noqa: E402
 from memory.stores.base import FileState, Filters, Hit  # noqa: E402
 from memory.stores.sqlite import SQLiteStore  # noqa: E402
@@ -306,6 +313,111 @@ def _rank_scores(ranks: list[int | None]) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One of the rules' top 10 hits for a question (in the rules' order), and whether it answers."""
+
+    project: str
+    question: str
+    kind: str
+    features: tuple[float, ...]
+    answers: bool
+
+
+def reordered_mrr(samples: list[Sample], coefficients_of: Callable[[str], list[float]]) -> dict[str, float]:
+    """MRR@10 by kind of question when each question's hits take memory.relevance's final order
+    under the coefficients `coefficients_of(project)` gives."""
+    by_question: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_question.setdefault(sample.question, []).append(sample)
+    reciprocal: dict[str, tuple[str, float]] = {}
+    for question, hits in by_question.items():
+        order = final_order([h.features for h in hits], coefficients_of(hits[0].project))
+        rank = next((r for r, i in enumerate(order, start=1) if hits[i].answers), None)
+        reciprocal[question] = (hits[0].kind, 1 / rank if rank else 0.0)
+    table = {kind: [v for k, v in reciprocal.values() if k == kind] for kind in KINDS}
+    table["all"] = [v for _, v in reciprocal.values()]
+    return {kind: round(sum(values) / max(len(values), 1), 4) for kind, values in table.items()}
+
+
+def calibration(probabilities: list[float], labels: list[bool], bins: int = 10) -> dict[str, Any]:
+    """Expected calibration error (the gap between mean probability and answer rate, weighted by how
+    many hits fall in each tenth), Brier score, and the table behind the error."""
+    table = []
+    error = 0.0
+    for b in range(bins):
+        inside = [
+            (p, y)
+            for p, y in zip(probabilities, labels, strict=True)
+            if b / bins <= p < (b + 1) / bins or p == b == bins - 1
+        ]
+        if not inside:
+            continue
+        mean_p = sum(p for p, _ in inside) / len(inside)
+        rate = sum(y for _, y in inside) / len(inside)
+        error += len(inside) / len(labels) * abs(mean_p - rate)
+        table.append(
+            {
+                "bin": f"{b / bins:.1f}-{(b + 1) / bins:.1f}",
+                "hits": len(inside),
+                "mean_relevance": round(mean_p, 3),
+                "answer_rate": round(rate, 3),
+            }
+        )
+    brier = sum((p - y) ** 2 for p, y in zip(probabilities, labels, strict=True)) / max(len(labels), 1)
+    return {
+        "hits": len(labels),
+        "answers": sum(labels),
+        "ece": round(error, 4),
+        "brier": round(brier, 4),
+        "bins": table,
+    }
+
+
+def fit_logistic(samples: list[Sample], l2: float = 1.0, steps: int = 50) -> list[float]:
+    """Coefficients maximising the log-likelihood less `l2` times their squares (the bias unpenalised),
+    by Newton's method."""
+    import numpy as np
+
+    x = np.array([s.features for s in samples], dtype=np.float64)
+    y = np.array([s.answers for s in samples], dtype=np.float64)
+    penalty = np.full(x.shape[1], l2)
+    penalty[0] = 0.0
+    w = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        gradient = x.T @ (p - y) + penalty * w
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
+        w -= np.linalg.solve(hessian, gradient)
+    return [round(float(v), 3) for v in w]
+
+
+def relevance_report(samples: list[Sample], *, fit: bool) -> dict[str, Any]:
+    labels = [s.answers for s in samples]
+    report: dict[str, Any] = {
+        "features": list(FEATURES),
+        "coefficients": list(COEFFICIENTS),
+        "all_questions": calibration([probability(s.features) for s in samples], labels),
+    }
+    if fit:
+        report["fitted_on_all"] = fit_logistic(samples)
+        held_out: dict[str, Any] = {}
+        without = {
+            p: fit_logistic([s for s in samples if s.project != p]) for p in sorted({s.project for s in samples})
+        }
+        for project, coefficients in without.items():
+            left = [s for s in samples if s.project == project]
+            held_out[project] = {
+                "coefficients": coefficients,
+                **calibration([probability(s.features, coefficients) for s in left], [s.answers for s in left]),
+            }
+        report["fitted_without_each_project"] = held_out
+        # The honest MRR: each question ordered with coefficients fitted without its project.
+        report["mrr@10_rules_order"] = reordered_mrr(samples, lambda _p: [0.0] * len(FEATURES))
+        report["mrr@10_final_order_held_out"] = reordered_mrr(samples, without.__getitem__)
+    return report
+
+
 def run_natural(args: argparse.Namespace) -> dict[str, Any]:
     questions = load_questions()
     methods = ("bm25_windows", "rlide_keyword", "rlide_dense", "rlide_hybrid")
@@ -313,13 +425,14 @@ def run_natural(args: argparse.Namespace) -> dict[str, Any]:
     top1: dict[str, dict[str, str | None]] = {m: {} for m in methods}
     seconds: dict[str, float] = {}
     index: dict[str, dict[str, int]] = {}
+    samples: list[Sample] = []
     model = "none"
     for project in sorted({q.project for q in questions}):
         folder = NATURAL_PROJECTS / project
         asked = [q for q in questions if q.project == project]
         started = time.monotonic()
         bm25 = WindowBM25(folder)
-        search: dict[str, Callable[[str], list[Span]]] = {"bm25_windows": bm25.search}
+        runs: dict[str, Callable[[str], list[Span]]] = {"bm25_windows": bm25.search}
         with tempfile.TemporaryDirectory() as tmp:
             config = MemoryConfig(
                 workspace=folder,
@@ -345,12 +458,16 @@ def run_natural(args: argparse.Namespace) -> dict[str, Any]:
 
                     return run
 
-                search |= {f"rlide_{m}": rlide(m) for m in ("keyword", "dense", "hybrid")}
+                runs |= {f"rlide_{m}": rlide(m) for m in ("keyword", "dense", "hybrid")}
                 for q in asked:
                     for method in methods:
-                        results = search[method](q.question)
+                        results = runs[method](q.question)
                         ranks[method][q.id] = first_hit(results, q.answers)
                         top1[method][q.id] = f"{results[0][0]}:{results[0][1]}-{results[0][2]}" if results else None
+                    judged, _ = search(service.store, service.embedder, q.question, 10, Filters(), final=False)
+                    for hit in judged:
+                        label = first_hit([(hit.path, hit.start_line, hit.end_line)], q.answers) is not None
+                        samples.append(Sample(project, q.id, q.kind, hit.features, label))
         seconds[project] = round(time.monotonic() - started, 1)
 
     by_id = {q.id: q for q in questions}
@@ -381,6 +498,7 @@ def run_natural(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": seconds,
         "hit_rule": "result path equals an answer's path and its lines overlap the answer symbol's definition",
         "summary": summary,
+        "relevance": relevance_report(samples, fit=args.fit_relevance),
         "ranks": ranks,
         "top1": top1,
     }
@@ -408,6 +526,9 @@ def main() -> None:
         "--natural", action="store_true", help="only the natural questions over tests/data/search_projects"
     )
     parser.add_argument("--no-natural", action="store_true", help="leave the natural questions out of a full run")
+    parser.add_argument(
+        "--fit-relevance", action="store_true", help="fit memory/relevance.py's coefficients on the natural questions"
+    )
     args = parser.parse_args()
     if args.natural:
         started = time.monotonic()

@@ -9,7 +9,10 @@ class CodeHit(BaseModel):
     path: str = Field(description="workspace-relative POSIX path")
     start_line: int = Field(description="1-based, inclusive")
     end_line: int = Field(description="1-based, inclusive")
-    score: float
+    score: float = Field(description="the ranking score (fused ranks and rules): orders hits, means nothing alone")
+    relevance: float = Field(
+        0.0, description="the estimated probability (0-1) that this hit answers the query, from what it contains"
+    )
     text: str
     symbol: str = Field("", description="the function or class; a method as Class.method")
     language: str = ""

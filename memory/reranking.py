@@ -143,42 +143,63 @@ MIN_MESSAGE_MATCH = 12
 """Characters of a pasted message a chunk must write to be a raise site (or half the message, if shorter)."""
 
 
-def rerank(intent: QueryIntent, hits: list[Hit], k: int, *, kind: ChunkKind | None = None) -> list[Hit]:
-    """`hits` (fused, best first) ordered by the rules above for the query `intent` reads; the top `k`.
+@dataclass(frozen=True)
+class RuleMatch:
+    """What the rules found in one hit for one query."""
+
+    tier: int
+    """2: code that raises or logs the pasted text; 1: code that writes part of it, or a function the
+    traceback names; 0: neither."""
+    factor: float
+    """What the rules multiply the fused score by (kind, named symbol, matched message)."""
+    unasked_kind: bool
+    """A test or doc for a query that did not ask for one."""
+
+
+def match_rules(intent: QueryIntent, hit: Hit, chunk_kind: ChunkKind) -> RuleMatch:
+    needed = min(MIN_MESSAGE_MATCH, max((len(lit) for lit in intent.literals), default=0) // 2)
+    factor = 1.0
+    wanted = {ChunkKind.test: intent.wants_tests, ChunkKind.doc: intent.wants_docs}.get(chunk_kind, True)
+    if not wanted:
+        factor *= NON_CODE_FACTOR
+    tier = 0
+    if intent.identifiers and chunk_kind is ChunkKind.code and _names(hit.symbol) & set(intent.identifiers):
+        factor *= NAMED_SYMBOL_FACTOR
+    if intent.is_error and chunk_kind is ChunkKind.code:
+        overlap = literal_overlap(hit.text, intent.literals)
+        if overlap and overlap >= needed:
+            tier = 2 if _RAISES.search(hit.text) else 1
+            factor *= 1.0 + overlap / MATCH_SCALE
+        elif intent.traceback_functions and hit.symbol.rsplit(".", 1)[-1] in intent.traceback_functions:
+            tier = 1
+    return RuleMatch(tier=tier, factor=factor, unasked_kind=not wanted)
+
+
+def rerank(
+    intent: QueryIntent, hits: list[Hit], k: int, *, kind: ChunkKind | None = None
+) -> list[tuple[Hit, RuleMatch]]:
+    """`hits` (fused, best first) ordered by the rules above for the query `intent` reads; the top `k`,
+    each with what the rules found in it.
 
     For an error query, code that raises or logs the pasted text forms the first tier, code that
     writes part of it (or is a function the traceback names) the second, ordered within by how much
     of the message they write; everything else follows by score."""
-    needed = min(MIN_MESSAGE_MATCH, max((len(lit) for lit in intent.literals), default=0) // 2)
-    scored: list[tuple[int, float, int, Hit]] = []
+    scored: list[tuple[int, float, int, Hit, RuleMatch]] = []
     for position, hit in enumerate(hits):
         chunk_kind = path_kind(hit.path)
         if kind is not None and chunk_kind is not kind:
             continue
-        score = hit.score
-        wanted = {ChunkKind.test: intent.wants_tests, ChunkKind.doc: intent.wants_docs}.get(chunk_kind, True)
-        if not wanted:
-            score *= NON_CODE_FACTOR
-        tier = 0
-        if intent.identifiers and chunk_kind is ChunkKind.code and _names(hit.symbol) & set(intent.identifiers):
-            score *= NAMED_SYMBOL_FACTOR
-        if intent.is_error and chunk_kind is ChunkKind.code:
-            overlap = literal_overlap(hit.text, intent.literals)
-            if overlap and overlap >= needed:
-                tier = 2 if _RAISES.search(hit.text) else 1
-                score *= 1.0 + overlap / MATCH_SCALE
-            elif intent.traceback_functions and hit.symbol.rsplit(".", 1)[-1] in intent.traceback_functions:
-                tier = 1
-        scored.append((tier, score, position, hit))
+        rules = match_rules(intent, hit, chunk_kind)
+        scored.append((rules.tier, hit.score * rules.factor, position, hit, rules))
     scored.sort(key=lambda item: (-item[0], -item[1], item[2]))
-    out: list[Hit] = []
+    out: list[tuple[Hit, RuleMatch]] = []
     seen_symbols: set[tuple[str, str]] = set()
-    for _, score, _, hit in scored:
+    for _, score, _, hit, rules in scored:
         key = (hit.path, hit.symbol)
         if hit.symbol and key in seen_symbols:
             continue
         seen_symbols.add(key)
-        out.append(replace(hit, score=score))
+        out.append((replace(hit, score=score), rules))
         if len(out) == k:
             break
     return out

@@ -203,6 +203,7 @@ class MemoryService:
                     start_line=h.start_line,
                     end_line=h.end_line,
                     score=h.score,
+                    relevance=round(h.relevance or 0.0, 3),
                     text=h.text,
                     symbol=h.symbol,
                     language=h.language,

@@ -82,7 +82,7 @@ def search(
     kind: Annotated[str | None, typer.Option(help="Only code, test or doc (docs, examples, changelogs).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Search a workspace's code; results as {path, start_line, end_line, score, text}."""
+    """Search a workspace's code; results as {path, start_line, end_line, symbol, relevance, text}."""
     from memory.errors import RlideMemoryError
 
     service = _service(workspace)
@@ -95,7 +95,8 @@ def search(
         raise fail(str(exc)) from exc
     finally:
         service.close()
-    hits = [h.model_dump(include={"path", "start_line", "end_line", "score", "text"}) for h in response.results]
+    fields = {"path", "start_line", "end_line", "symbol", "relevance", "text"}
+    hits = [h.model_dump(include=fields) for h in response.results]
     if as_json:
         typer.echo(json.dumps(hits, indent=2, ensure_ascii=False))
         return
@@ -103,4 +104,4 @@ def search(
         typer.echo(f"note: {response.note}", err=True)
     for hit in hits:
         first = hit["text"].strip().splitlines()[0] if hit["text"].strip() else ""
-        sys.stdout.write(f"{hit['path']}:{hit['start_line']}-{hit['end_line']}  {hit['score']:.4f}  {first[:90]}\n")
+        sys.stdout.write(f"{hit['path']}:{hit['start_line']}-{hit['end_line']}  {hit['relevance']:.2f}  {first[:90]}\n")

@@ -50,7 +50,7 @@ class HitLocation(BaseModel):
     symbol: str = Field(description="the function or class; a method as Class.method")
     kind: str = Field(description="code | test | doc")
     language: str
-    score: float
+    relevance: float = Field(description="estimated probability (0-1) that this hit answers the query")
     shown: Literal["whole", "head", "excerpt"] = Field(
         description="how much of the hit's code the text block shows: all of it, its first lines (cut to fit), "
         "or a short excerpt (its first lines; read the file, or search again with full_text, for more)"
@@ -156,7 +156,8 @@ def _hit_block(rank: int, hit: CodeHit, code: str) -> str:
     symbol = f"  {hit.symbol}" if hit.symbol else ""
     kind = "" if hit.kind == "code" else f"  [{hit.kind}]"
     fence = "`" * max(3, _longest_backtick_run(code) + 1)
-    return f"{rank}. {hit.path}:{hit.start_line}-{hit.end_line}{symbol}{kind}\n{fence}{hit.language}\n{code}\n{fence}"
+    where = f"{rank}. {hit.path}:{hit.start_line}-{hit.end_line}{symbol}{kind}  (relevance {hit.relevance:.2f})"
+    return f"{where}\n{fence}{hit.language}\n{code}\n{fence}"
 
 
 def _longest_backtick_run(text: str) -> int:

@@ -66,6 +66,10 @@ class Hit:
     text: str
     score: float
     meta: str = ""
+    relevance: float | None = None
+    """The probability that this hit answers the query (memory.relevance), once ranked."""
+    features: tuple[float, ...] = ()
+    """What `relevance` was computed from (memory.relevance.FEATURES)."""
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,7 @@ def test_index_and_search_from_the_shell(home: Path, tmp_path: Path) -> None:
     found = runner.invoke(app, ["search", "where is the reward computed", "--workspace", str(ws), "-k", "1", "--json"])
     assert found.exit_code == 0, found.output
     [hit] = json.loads(found.stdout)
-    assert set(hit) == {"path", "start_line", "end_line", "score", "text"}
+    assert set(hit) == {"path", "start_line", "end_line", "symbol", "relevance", "text"}
     assert (hit["path"], hit["start_line"], hit["end_line"]) == ("reward.py", 1, 3)
 
 

@@ -54,7 +54,9 @@ async def test_index_then_search_finds_the_function(client: Client) -> None:
     assert found["results"][0]["path"] == "src/reward.py"
     assert found["results"][0]["start_line"] == 1 and found["results"][0]["symbol"] == "compute_reward"
     assert found["results"][0]["shown"] == "whole"
-    assert "1. src/reward.py:1-3  compute_reward\n```python\ndef compute_reward(" in text
+    relevance = found["results"][0]["relevance"]
+    assert 0 < relevance <= 1
+    assert f"1. src/reward.py:1-3  compute_reward  (relevance {relevance:.2f})\n```python\ndef compute_reward(" in text
     assert found["index"]["complete"] is True and found["note"] is None
 
     only_ts = await call_ok(client, "search_code", {"query": "render page title", "path_glob": "*.ts"})

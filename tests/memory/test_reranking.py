@@ -161,7 +161,7 @@ def test_a_name_written_as_code_prefers_its_symbol() -> None:
         _hit("use", "retry.py", "Retrying.__call__", 0.9),  # mentions the name
         _hit("def", "stop.py", "stop_before_delay.__call__", 0.6),  # is it
     ]
-    assert [h.chunk_id for h in rerank(read_query("what does stop_before_delay do"), hits, 2)] == ["def", "use"]
+    assert [h.chunk_id for h, _ in rerank(read_query("what does stop_before_delay do"), hits, 2)] == ["def", "use"]
 
 
 def test_one_slot_per_symbol() -> None:
@@ -171,7 +171,7 @@ def test_one_slot_per_symbol() -> None:
         _hit("b", "core.py", "Cache.set", 0.7),
         _hit("c", "other.py", "Cache.get", 0.6),  # another file's symbol of that name
     ]
-    assert [h.chunk_id for h in rerank(read_query("cache get"), hits, 10)] == ["a1", "b", "c"]
+    assert [h.chunk_id for h, _ in rerank(read_query("cache get"), hits, 10)] == ["a1", "b", "c"]
 
 
 def test_an_error_query_on_an_empty_workspace_is_fine(tmp_path: Path) -> None:

@@ -34,7 +34,16 @@ def test_search_code_response(svc: MemoryService) -> None:
     assert (top.path, top.start_line, top.end_line) == ("app/users.py", 6, 17)
     assert "def check_password" in top.text and top.score > 0
     dumped = response.model_dump()
-    assert set(dumped["results"][0]) >= {"path", "start_line", "end_line", "score", "text"}
+    assert set(dumped["results"][0]) >= {"path", "start_line", "end_line", "score", "relevance", "text"}
+
+
+def test_relevance_says_whether_the_top_hit_answers_not_where_it_ranked(svc: MemoryService) -> None:
+    """A rank-based score is the same for the first hit of any query; relevance is a probability
+    from what the hit contains: high for the function a question is about, low for the best of
+    nothing."""
+    answered = svc.search_code("check a user's password hash", k=3).results[0]
+    unanswerable = svc.search_code("render a quaternion rotation matrix in opengl shaders", k=3).results[0]
+    assert 0.0 <= unanswerable.relevance < 0.05 < 0.2 < answered.relevance <= 1.0
 
 
 def test_filters(svc: MemoryService) -> None:
