@@ -35,9 +35,14 @@ class IndexStatus(BaseModel):
     last_error: str | None = None
 
 
-class SearchResponse(BaseModel):
+class SearchHeader(BaseModel):
+    """What every search answer says besides its hits."""
+
     query: str
     mode: str = Field(description="hybrid | keyword | dense: what actually ranked the results")
-    results: list[CodeHit]
     index: IndexStatus
     note: str | None = Field(default=None, description="what to do when the index is incomplete")
+
+
+class SearchResponse(SearchHeader):
+    results: list[CodeHit]

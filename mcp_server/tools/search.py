@@ -14,7 +14,7 @@ from mcp_server.result_size import call_result_chars, clip, fit_result
 from mcp_server.state import AppState, app_state
 from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
-from memory.models import CodeHit, IndexStatus, SearchResponse
+from memory.models import CodeHit, IndexStatus, SearchHeader, SearchResponse
 
 ANSWER_CHARS = 10_000
 """What a default search answer may take (the whole reply, as sent): the top hits' text within it."""
@@ -57,14 +57,10 @@ class HitLocation(BaseModel):
     )
 
 
-class SearchAnswer(BaseModel):
+class SearchAnswer(SearchHeader):
     """Where the code is, as data; the code itself is in the text block, once (not a JSON copy of this)."""
 
-    query: str
-    mode: str = Field(description="hybrid | keyword | dense: what actually ranked the results")
     results: list[HitLocation]
-    index: IndexStatus
-    note: str | None = Field(default=None, description="what to do when the index is incomplete")
 
 
 class RecallResult(BaseModel):
