@@ -30,7 +30,9 @@ def indexed_workspaces(data_dir: Path) -> list[IndexSummary]:
     out = []
     for path in sorted((data_dir / "index").glob("*.sqlite")):
         stat = path.stat()
-        size = stat.st_size + sum(p.stat().st_size for p in path.parent.glob(path.name + "-*") if p.is_file())
+        # Its WAL files (`-wal`, `-shm`) and its vector files (memory.stores.vector_file) count too.
+        beside = [*path.parent.glob(path.name + "-*"), *path.parent.glob(path.name + ".vectors-*")]
+        size = stat.st_size + sum(p.stat().st_size for p in beside if p.is_file())
         try:
             files, chunks, pending = _counts(path)
             error = None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import memory.stores.sqlite as sqlite_store
+from memory.catalog import indexed_workspaces
 from memory.indexing.tokens import query_tokens
 from memory.ranking import glob_match
 from memory.stores.base import Filters, Hit, StoreStats
@@ -234,3 +235,16 @@ def test_a_methods_text_is_stored_once_and_an_older_store_is_migrated(tmp_path: 
     migrated.close()
     with sqlite3.connect(path) as db:
         assert stored_twice(db) == 0
+
+
+def test_the_catalog_counts_the_vector_files_in_an_index_size(tmp_path: Path) -> None:
+    path = tmp_path / "index" / "ws-0123456789.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 50)
+    _embed_in_batches(store, batch=64)
+    store.close()
+    vector_bytes = sum(p.stat().st_size for p in path.parent.glob("ws-0123456789.sqlite.vectors-*"))
+    assert vector_bytes == 150 * (DIM * 4 + 8)
+    on_disk = sum(p.stat().st_size for p in path.parent.iterdir())  # the folder holds this index only
+    [summary] = indexed_workspaces(tmp_path)
+    assert (summary.chunks, summary.vectors, summary.bytes) == (150, 150, on_disk)
