@@ -71,21 +71,6 @@ def test_stats_stay_right_through_batches_edits_deletes_and_a_model_change(tmp_p
     other_model.close()
 
 
-def test_a_store_from_before_the_counts_is_migrated_with_its_data(tmp_path: Path) -> None:
-    path = tmp_path / "index.sqlite"
-    store = SQLiteStore(path, model_id="m1", dim=DIM)
-    _fill(store, 6)
-    _embed_in_batches(store, batch=5)
-    index_text(store, "pkg0/mod_0.py", _source(0).replace("value_1", "other_1"), "python")
-    store.close()
-    with sqlite3.connect(path) as db:  # the schema as m005 left it
-        db.execute("DROP TABLE counts")
-        db.execute("DELETE FROM _migrations WHERE name = 'm006_counts'")
-    reopened = SQLiteStore(path, model_id="m1", dim=DIM)
-    assert reopened.stats() == _counted(path) == StoreStats(files=6, chunks=18, vectors=17)
-    reopened.close()
-
-
 def _passes(hit: Hit, filters: Filters) -> bool:
     return (not filters.language or hit.language == filters.language) and (
         not filters.path_glob or glob_match(filters.path_glob, hit.path)
@@ -161,34 +146,6 @@ def test_reopening_gives_the_same_results_after_edits_deletes_and_compaction(
     reopened.close()
 
 
-def test_a_store_with_vectors_inside_the_database_is_migrated_to_vector_files(tmp_path: Path) -> None:
-    path = tmp_path / "index.sqlite"
-    store = SQLiteStore(path, model_id="m1", dim=DIM)
-    _fill(store, 12)
-    _embed_in_batches(store, batch=5)
-    store.delete_files(["pkg0/mod_3.py"])
-    before = _everything(store)
-    store.close()
-    with sqlite3.connect(path) as db:  # back to the m006 layout: one BLOB per vector, no files
-        files = VectorFile(path, 0, DIM)
-        ids = files.ids(36)
-        live = [(int(rowid), files.read(36)[slot].tobytes()) for slot, rowid in enumerate(ids) if rowid >= 0]
-        db.execute("DROP TABLE vectors")
-        db.execute("CREATE TABLE vectors (id INTEGER PRIMARY KEY, vec BLOB NOT NULL)")
-        db.executemany("INSERT INTO vectors VALUES (?, ?)", live)
-        db.execute("DELETE FROM counts WHERE name IN ('slots', 'vector_generation')")
-        db.execute("DELETE FROM _migrations WHERE name = 'm007_vector_files'")
-    files.remove()
-    assert len(live) == 33
-    migrated = SQLiteStore(path, model_id="m1", dim=DIM)
-    assert _everything(migrated) == before
-    assert migrated.stats() == _counted(path) == StoreStats(files=11, chunks=33, vectors=33)
-    _fill(migrated, 13)  # and it goes on: the deleted file back and one new one, their chunks embedded
-    _embed_in_batches(migrated, batch=5)
-    assert len(migrated.vector_search(_random_vectors(1)[0], 1000, Filters())) == 39
-    migrated.close()
-
-
 def test_another_model_starts_a_new_vector_file(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     store = SQLiteStore(path, model_id="m1", dim=DIM)
@@ -212,29 +169,53 @@ def _class_source(methods: int) -> str:
     return f"class ReportScaler:\n    '''Scales report values.'''\n\n{body}"
 
 
-def test_a_methods_text_is_stored_once_and_an_older_store_is_migrated(tmp_path: Path) -> None:
-    path = tmp_path / "index.sqlite"
-    store = SQLiteStore(path, model_id="m1", dim=DIM)
-    index_text(store, "report.py", _class_source(40), "python")
-    embed_texts = [(p.chunk_id, p.embed_text) for p in store.pending(1000)]
-    assert sum("class ReportScaler" in text for _, text in embed_texts) >= 20  # methods carry their class line
-    store.close()
+def _stored_twice(db: sqlite3.Connection) -> int:
+    """Chunks whose text is held a second time inside their embedding text."""
+    return int(db.execute("SELECT count(*) FROM chunks WHERE instr(embed_text, text) > 0").fetchone()[0])
 
-    def stored_twice(db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT count(*) FROM chunks WHERE instr(embed_text, text) > 0").fetchone()[0])
 
+def _back_to_m005(path: Path, slots: int) -> None:
+    """Undo m008, m007 and m006: the layout a store written before them has (the text a method is
+    embedded with stored whole, one BLOB per vector, no counts)."""
     with sqlite3.connect(path) as db:
-        assert stored_twice(db) == 0
-        # back to the m007 layout: embed_text whole wherever it differs from the text
         db.execute("UPDATE chunks SET embed_text = embed_prefix || text WHERE embed_prefix != ''")
         db.execute("ALTER TABLE chunks DROP COLUMN embed_prefix")
-        db.execute("DELETE FROM _migrations WHERE name = 'm008_embed_prefix'")
-        assert stored_twice(db) >= 20
-    migrated = SQLiteStore(path, model_id="m1", dim=DIM)
-    assert [(p.chunk_id, p.embed_text) for p in migrated.pending(1000)] == embed_texts
-    migrated.close()
+        files = VectorFile(path, 0, DIM)
+        ids, vectors = files.ids(slots), files.read(slots)
+        live = [(int(rowid), vectors[slot].tobytes()) for slot, rowid in enumerate(ids) if rowid >= 0]
+        db.execute("DROP TABLE vectors")
+        db.execute("CREATE TABLE vectors (id INTEGER PRIMARY KEY, vec BLOB NOT NULL)")
+        db.executemany("INSERT INTO vectors VALUES (?, ?)", live)
+        db.execute("DROP TABLE counts")
+        db.execute("DELETE FROM _migrations WHERE name IN ('m006_counts', 'm007_vector_files', 'm008_embed_prefix')")
+        files.remove()
+
+
+def test_a_store_written_before_m006_is_migrated_with_all_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "index.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 12)
+    _embed_in_batches(store, batch=5)  # 36 slots
+    store.delete_files(["pkg0/mod_3.py"])
+    index_text(store, "report.py", _class_source(40), "python")  # pending: methods carry their class line
+    before, stats = _everything(store), store.stats()
+    pending = [(p.chunk_id, p.embed_text) for p in store.pending(1000)]
+    assert sum("class ReportScaler" in text for _, text in pending) >= 20
+    store.close()
+    _back_to_m005(path, slots=36)
     with sqlite3.connect(path) as db:
-        assert stored_twice(db) == 0
+        assert _stored_twice(db) >= 20
+        assert db.execute("SELECT count(*) FROM vectors").fetchone()[0] == 33
+    migrated = SQLiteStore(path, model_id="m1", dim=DIM)
+    assert _everything(migrated) == before
+    assert migrated.stats() == _counted(path) == stats
+    assert [(p.chunk_id, p.embed_text) for p in migrated.pending(1000)] == pending
+    with sqlite3.connect(path) as db:
+        assert _stored_twice(db) == 0
+    _fill(migrated, 13)  # and it goes on: the deleted file back and one new one, every chunk embedded
+    _embed_in_batches(migrated, batch=5)
+    assert len(migrated.vector_search(_random_vectors(1)[0], 1000, Filters())) == migrated.stats().chunks
+    migrated.close()
 
 
 def test_the_catalog_counts_the_vector_files_in_an_index_size(tmp_path: Path) -> None:
