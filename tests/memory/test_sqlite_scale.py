@@ -229,3 +229,23 @@ def test_the_catalog_counts_the_vector_files_in_an_index_size(tmp_path: Path) ->
     on_disk = sum(p.stat().st_size for p in path.parent.iterdir())  # the folder holds this index only
     [summary] = indexed_workspaces(tmp_path)
     assert (summary.chunks, summary.vectors, summary.bytes) == (150, 150, on_disk)
+
+
+def test_the_catalog_reads_the_kept_counts_and_counts_a_store_from_before_them(tmp_path: Path) -> None:
+    path = tmp_path / "index" / "ws-0123456789.sqlite"
+    store = SQLiteStore(path, model_id="m1", dim=DIM)
+    _fill(store, 12)
+    _embed_in_batches(store, batch=5)
+    store.delete_files(["pkg0/mod_3.py"])
+    stats = store.stats()
+    store.close()
+    [summary] = indexed_workspaces(tmp_path)
+    assert (summary.files, summary.chunks, summary.vectors, summary.pending) == (
+        stats.files, stats.chunks, stats.vectors, stats.chunks - stats.vectors
+    )  # fmt: skip
+    with sqlite3.connect(path) as db:  # the kept counts are what it read: change them, it follows
+        db.execute("UPDATE counts SET n = n + 1000 WHERE name = 'chunks'")
+    assert indexed_workspaces(tmp_path)[0].chunks == stats.chunks + 1000
+    _back_to_m005(path, slots=36)
+    [old] = indexed_workspaces(tmp_path)
+    assert (old.error, old.files, old.chunks) == (None, stats.files, stats.chunks)
