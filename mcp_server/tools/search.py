@@ -16,8 +16,9 @@ from mcp_server.workspaces import PathNotAllowed
 from memory.errors import RlideMemoryError
 from memory.models import CodeHit, IndexStatus, SearchHeader, SearchResponse
 
-ANSWER_CHARS = 10_000
-"""What a default search answer may take (the whole reply, as sent): the top hits' text within it."""
+ANSWER_CHARS_PER_HIT = 1_000
+"""What a search answer may take (the whole reply, as sent) per hit asked for, 10 at least: 10,000
+characters by default; never more than the server's result limit."""
 FULL_TOP = 3
 """Hits whose whole text a default answer shows; the others show an excerpt."""
 EXCERPT_LINES = 3
@@ -55,6 +56,9 @@ class HitLocation(BaseModel):
         description="how much of the hit's code the text block shows: all of it, its first lines (cut to fit), "
         "or a short excerpt (its first lines; read the file, or search again with full_text, for more)"
     )
+
+
+_LOCATION_FIELDS = set(HitLocation.model_fields) - {"rank", "shown"}
 
 
 class SearchAnswer(SearchHeader):
@@ -104,8 +108,8 @@ async def search_code(
 ) -> Annotated[CallToolResult, SearchAnswer]:
     """Search the workspace's code (keyword + semantic). A pasted error message or quoted text leads to where it is
     raised or logged; tests and docs rank below the code unless asked for. The answer lists each hit's path, lines
-    and symbol; it shows the code of the top 3 and an excerpt of the others (10,000 characters at most; with
-    full_text, every hit's code). Never waits for indexing: says how complete the index is."""
+    and symbol; it shows the code of the top 3 and an excerpt of the others (1,000 characters a hit, 10,000 for
+    the default 10; with full_text, every hit's code). Never waits for indexing: says how complete the index is."""
     state = app_state(ctx)
     service = await _service(state, workspace)
     try:
@@ -115,14 +119,17 @@ async def search_code(
     except RlideMemoryError as exc:
         raise ToolError(str(exc)) from exc
     whole = len(response.results) if full_text else FULL_TOP
-    limit = state.settings.max_result_chars if full_text else min(ANSWER_CHARS, state.settings.max_result_chars)
+    limit = state.settings.max_result_chars
+    if not full_text:
+        limit = min(limit, ANSWER_CHARS_PER_HIT * max(k, 10))
     longest = max((len(hit.text) for hit in response.results[:whole]), default=0)
     return fit_result(lambda budget: _answer(response, whole, budget), limit, longest, measure=call_result_chars)
 
 
 def _answer(response: SearchResponse, whole: int, budget: int) -> CallToolResult:
-    """The first `whole` hits' code cut to `budget` characters each, an excerpt of the others: as one
-    text block to read, and the hits' locations as structured content."""
+    """The first `whole` hits' code cut to `budget` characters each, an excerpt of the others (cut
+    to `budget` too: 50 excerpts of long lines alone would pass the limit): as one text block to
+    read, and the hits' locations as structured content."""
     located: list[HitLocation] = []
     blocks = [_headline(response)]
     for rank, hit in enumerate(response.results, start=1):
@@ -130,8 +137,8 @@ def _answer(response: SearchResponse, whole: int, budget: int) -> CallToolResult
             code = _head(hit.text, budget)
             shown: Literal["whole", "head", "excerpt"] = "whole" if code == hit.text else "head"
         else:
-            code, shown = _excerpt(hit.text), "excerpt"
-        located.append(HitLocation(rank=rank, shown=shown, **hit.model_dump(exclude={"text"})))
+            code, shown = _head(_excerpt(hit.text), budget), "excerpt"
+        located.append(HitLocation(rank=rank, shown=shown, **hit.model_dump(include=_LOCATION_FIELDS)))
         blocks.append(_hit_block(rank, hit, code))
     answer = SearchAnswer(
         query=response.query, mode=response.mode, results=located, index=response.index, note=response.note

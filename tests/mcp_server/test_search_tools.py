@@ -109,6 +109,23 @@ async def test_the_default_answer_is_compact_and_full_text_fits_the_reply(tmp_pa
 
 
 @pytest.mark.anyio
+async def test_fifty_hits_of_long_lines_stay_within_the_answer_budget(tmp_path: Path) -> None:
+    """Fifty excerpts of long lines alone passed the 20,000-character limit (a size error): they are
+    cut to fit like the top hits' code."""
+    ws = tmp_path / "wide"
+    ws.mkdir()
+    for i in range(60):
+        wide = ", ".join(f"column_{j}_of_the_wide_report_table" for j in range(8))
+        (ws / f"report_{i}.py").write_text(f"def report_{i}(rows):\n    return [{wide}]\n    # wide report\n" * 3)
+    async with Client(build_server(load_settings(home=tmp_path / "home", workspace=ws))) as c:
+        assert (await call_ok(c, "index_workspace", {"wait_s": 60}))["complete"]
+        raw = await c.call_tool("search_code", {"query": "wide report table columns", "k": 50})
+    assert not raw.is_error and raw.structured_content is not None
+    assert len(raw.structured_content["results"]) == 50
+    assert result_chars(raw.model_dump(mode="json", by_alias=True, exclude_none=True)) <= 20_000
+
+
+@pytest.mark.anyio
 async def test_code_with_backtick_fences_keeps_its_own_block(tmp_path: Path) -> None:
     ws = tmp_path / "md"
     ws.mkdir()
