@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -20,3 +21,11 @@ def git(repo: Path, *args: str) -> str:
     }
     done = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
     return done.stdout.strip()
+
+
+def plain_venv(path: Path) -> None:
+    """`python -m venv` as it was before 3.13, which makes the venv ignore itself in git (its own
+    `.gitignore`): a project's venv that its .gitignore does not name, as tests of what is left out
+    of a working tree need on every Python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    (path / ".gitignore").unlink(missing_ok=True)

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -23,7 +22,7 @@ from mcp.client.stdio import stdio_client
 from episodes.records import StateKind
 from episodes.store import EpisodeStore
 from mcp_server.capture import capture
-from tests.git_repos import git
+from tests.git_repos import git, plain_venv
 from tests.mcp_calls import call_ok
 from training.data.export import export
 from training.scenarios.snapshots import unified_diff
@@ -44,9 +43,7 @@ def project(tmp_path: Path) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "calc")
     (root / "draft.py").write_text("DRAFT = 1\n")  # an uncommitted file from before the episode
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / ".venv")], check=True)
-    # Python 3.13's venv ignores itself in git; the project's own .gitignore need not (as in older ones).
-    (root / ".venv" / ".gitignore").unlink(missing_ok=True)
+    plain_venv(root / ".venv")
     return root
 
 

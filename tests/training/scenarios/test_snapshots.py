@@ -6,8 +6,6 @@ A real temporary repository whose tests pass at one commit and fail at the next.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 
 from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
-from tests.git_repos import git
+from tests.git_repos import git, plain_venv
 from training.scenarios.base import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 
@@ -130,8 +128,8 @@ def test_a_working_tree_is_read_as_on_disk_without_ignored_files(repo: Path, tmp
 def test_installed_folders_are_left_out_of_a_working_tree(repo: Path) -> None:
     """A plain `python -m venv .venv` writes no .gitignore entry: its files, node_modules, caches
     and a virtualenv of any name stay home, one skipped entry each; tracked files always travel."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / ".venv")], check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(repo / "tools" / "py")], check=True)
+    plain_venv(repo / ".venv")
+    plain_venv(repo / "tools" / "py")
     for rel in (
         "node_modules/left-pad/index.js",
         "web/node_modules/x/a.js",
