@@ -250,13 +250,18 @@ def text_hash(text: str) -> str:
     return content_hash(text.encode("utf-8"))
 
 
+UNREADABLE = (FileNotFoundError, NotADirectoryError, PermissionError)
+"""Errors that mean a file is gone or not ours to read, so the scan leaves it out. Any other (too
+many open files, an I/O error) fails the sync: a file the scan misses is deleted from the index."""
+
+
 def _load_ignore(directory: Path) -> pathspec.GitIgnoreSpec | None:
     ignore = directory / ".gitignore"
     if not ignore.is_file():
         return None
     try:
         lines = ignore.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    except UNREADABLE:
         return None
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
@@ -292,7 +297,9 @@ def _walk(
             specs = [*specs, (rel_dir, nested)]
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
+    except UNREADABLE:
+        if not rel_dir:
+            raise
         return
     for entry in entries:
         rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
@@ -311,7 +318,7 @@ def _walk(
             continue
         try:
             st = entry.stat()
-        except OSError:
+        except UNREADABLE:
             continue
         if st.st_size == 0 or st.st_size > max_file_bytes:
             continue

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory.indexing.chunking import ChunkSpan, chunk_id, chunk_text
-from memory.indexing.files import SourceFile, content_hash, decode_source, language_for, text_hash
+from memory.indexing.files import UNREADABLE, SourceFile, content_hash, decode_source, language_for, text_hash
 from memory.indexing.tokens import token_string
 from memory.stores.base import ChunkRecord, FileState
 
@@ -57,7 +57,7 @@ def prepare_file(root: str, source: SourceFile) -> PreparedFile:
     """Read, hash, chunk and tokenize one file; pure, so it can run in a worker process."""
     try:
         data = (Path(root) / source.path).read_bytes()
-    except OSError:
+    except UNREADABLE:
         return PreparedFile(source, None, [], False)
     language = language_for(source.path)
     state = FileState(source.path, len(data), source.mtime_ns, content_hash(data), language)

@@ -294,7 +294,7 @@ async def test_the_served_workspace_is_indexed_when_the_server_starts(settings: 
         with anyio.fail_after(60):
             while not (status := await call_ok(c, "index_status", {}))["complete"]:
                 await anyio.sleep(0.2)
-        assert status["files_indexed"] == 3 and status["vectors_pending"] == 0
+        assert status["files_indexed"] == 3 and status["vectors_pending"] == 0, status
     off = settings.model_copy(update={"index_on_start": False, "home": settings.home.parent / "other-home"})
     async with Client(build_server(off)) as c:
         await anyio.sleep(1.0)

@@ -79,6 +79,36 @@ def test_touch_without_change_embeds_nothing(repo: Path, embedder: CachedEmbedde
         assert svc.indexer.progress.files_changed == 1 and svc.indexer.progress.chunks_written == 0
 
 
+def test_a_scan_that_cannot_list_the_workspace_fails_and_deletes_nothing(repo: Path, embedder: CachedEmbedder) -> None:
+    """Out of file descriptors, the scan once listed nothing and took that to mean every file was
+    deleted: a healthy index emptied and reported complete."""
+    import errno
+    import resource
+
+    with _service(repo, embedder) as svc:
+        svc.index_workspace()
+        os.utime(repo / "app" / "users.py")  # a changed file too, so the sync has work to do
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        fillers: list[int] = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(fd) for fd in os.listdir("/proc/self/fd")) + 4, hard))
+        try:
+            while True:  # take every descriptor left, so the scan's next open fails for real
+                try:
+                    fillers.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError as exc:
+                    assert exc.errno == errno.EMFILE
+                    break
+            with pytest.raises(OSError, match="Too many open files"):
+                svc.indexer.sync(embed=False)
+        finally:
+            for fd in fillers:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        status = svc.index_status()
+        assert status.files_indexed == 5 and "Too many open files" in (status.last_error or "")
+        assert svc.index_workspace().files_indexed == 5 and svc.index_status().last_error is None
+
+
 def test_keyword_search_before_vectors(repo: Path, embedder: CachedEmbedder) -> None:
     with _service(repo, embedder) as svc:
         progress = svc.indexer.sync(embed=False)
