@@ -26,6 +26,12 @@ def _by(chrome: Any, test: str) -> list[Any]:
     return chrome.find_elements(By.CSS_SELECTOR, f'[data-test="{test}"]')
 
 
+def _click(chrome: Any, test: str, what: str) -> None:
+    """Click the first `test` element, found afresh on each try: the list and training views redraw
+    on every poll, so an element found a moment ago may be gone (stale) by the click."""
+    wait_for(lambda: _by(chrome, test)[0].click() or True, what=what)
+
+
 def _train_for_real(rlide_exe: Path, env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(
         [str(rlide_exe), "train", "--daemon", "--max-steps", "3", "--scenarios", "toy"],
@@ -58,9 +64,9 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
     with headless_chromium() as chrome:
         # -- the list: every episode, newest first; a hostile task is text, not markup -----------------
         chrome.get(base)
-        rows = wait_for(lambda: len(_by(chrome, "episode-row")) == 5 and _by(chrome, "episode-row"), what="5 rows")
+        wait_for(lambda: len(_by(chrome, "episode-row")) == 5, what="5 rows")
         assert chrome.title == "rlide"  # the <img onerror>/<script> of the hostile task never ran
-        assert any(HOSTILE[:40] in row.text for row in rows)
+        wait_for(lambda: any(HOSTILE[:40] in row.text for row in _by(chrome, "episode-row")), what="the task as text")
         wait_for(lambda: _by(chrome, "count")[0].text == "5", what="the total")
         screenshot(chrome, "01-episodes")
 
@@ -69,7 +75,7 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
         wait_for(lambda: [r.get_attribute("data-id") for r in _by(chrome, "episode-row")] == [ids.good], what="filter")
 
         # -- open one: diff rendered as a diff, the timeline, a long result folded -------------------------
-        _by(chrome, "episode-row")[0].click()
+        _click(chrome, "episode-row", "the filtered row")
         wait_for(lambda: _by(chrome, "episode-id"), what="the episode view")
         added = chrome.find_elements("css selector", '[data-test="diff"] .add')
         assert any(a.text == "+    return a + b" for a in added)
@@ -98,7 +104,7 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
 
         # -- compare the two attempts at the task and prefer one ----------------------------------------------
         wait_for(lambda: "Exclude from training" in _by(chrome, "exclude")[0].text, what="the page, redrawn")
-        wait_for(lambda: _by(chrome, "compare-link")[0].click() or True, what="a comparable episode to click")
+        _click(chrome, "compare-link", "a comparable episode to click")
         wait_for(lambda: len(_by(chrome, "side")) == 2, what="the comparison")
         screenshot(chrome, "03-compare")
         _by(chrome, "prefer-a")[0].click()
@@ -118,12 +124,17 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
 
         # -- training: charts drawn by the page from the real run's steps, and the eval --------------------------
         chrome.get(base + "#/training")
-        charts = wait_for(lambda: {c.get_attribute("data-title"): c for c in _by(chrome, "chart")}, what="charts")
-        assert len(charts["reward per step"].find_elements("css selector", "circle.pt")) == 3
-        assert len(charts["loss"].find_elements("css selector", "circle.pt")) >= 3
-        assert len(charts["pass@1 by checkpoint"].find_elements("css selector", "circle.pt")) == 1
-        assert _by(chrome, "served-step")[0].text == "3"
-        assert len(_by(chrome, "eval-row")) == 1
+
+        def drawn() -> dict[str, Any]:
+            points = {
+                c.get_attribute("data-title"): len(c.find_elements("css selector", "circle.pt"))
+                for c in _by(chrome, "chart")
+            }
+            return {**points, "served": _by(chrome, "served-step")[0].text, "evals": len(_by(chrome, "eval-row"))}
+
+        charts = wait_for(lambda: drawn() if _by(chrome, "eval-row") else None, what="charts")
+        assert (charts["reward per step"], charts["pass@1 by checkpoint"]) == (3, 1) and charts["loss"] >= 3, charts
+        assert (charts["served"], charts["evals"]) == ("3", 1), charts
         screenshot(chrome, "05-training")
 
         # -- updates without a reload: a new episode appears in the open list ------------------------------------
