@@ -332,7 +332,8 @@ def reordered_mrr(samples: list[Sample], coefficients_of: Callable[[str], list[f
         by_question.setdefault(sample.question, []).append(sample)
     reciprocal: dict[str, tuple[str, float]] = {}
     for question, hits in by_question.items():
-        order = final_order([h.features for h in hits], coefficients_of(hits[0].project))
+        coefficients = coefficients_of(hits[0].project)
+        order = final_order([probability(h.features, coefficients) for h in hits])
         rank = next((r for r, i in enumerate(order, start=1) if hits[i].answers), None)
         reciprocal[question] = (hits[0].kind, 1 / rank if rank else 0.0)
     table = {kind: [v for k, v in reciprocal.values() if k == kind] for kind in KINDS}

@@ -7,8 +7,8 @@ share of the query's tokens it contains, and what the ranking rules found in it 
 pasted message, a test or doc nobody asked for); a logistic function of
 those is the probability that the hit is (part of) the answer, and, with the rules' order, chooses the
 final order of their top hits. The coefficients were fitted on the
-natural-question set (`python benchmarks/search_quality.py --fit-relevance`, which also reports how
-well they hold on each project left out of the fit and on the docstring queries).
+natural-question set (`python benchmarks/search_quality.py --natural --fit-relevance`, which also
+reports how well they hold on each project left out of the fit).
 
 A store that fuses remotely (turbopuffer) returns no per-list scores: its hits are judged on token
 coverage and the rules alone (`cosine` and `keyword` count as absent), which underestimates them.
@@ -37,21 +37,26 @@ natural questions, with the coefficients fitted without the question's project, 
 
 @dataclass(frozen=True)
 class ListScores:
-    """The raw scores of the lists that were fused, by chunk id."""
+    """The raw scores of the lists that were fused, by chunk id, with the lowest cosine and the best
+    BM25 score among them."""
 
     cosine: dict[str, float]
     keyword: dict[str, float]
+    lowest_cosine: float
+    best_keyword: float
 
     @classmethod
     def of(cls, keyword: Sequence[Hit] = (), dense: Sequence[Hit] = ()) -> ListScores:
-        return cls(cosine={h.chunk_id: h.score for h in dense}, keyword={h.chunk_id: h.score for h in keyword})
+        cosine = {h.chunk_id: h.score for h in dense}
+        bm25 = {h.chunk_id: h.score for h in keyword}
+        return cls(cosine, bm25, min(cosine.values(), default=0.0), max(bm25.values(), default=0.0))
 
 
 def features(hit: Hit, rules: RuleMatch, query_tokens: Sequence[str], lists: ListScores) -> tuple[float, ...]:
     """The model's inputs for one hit, in FEATURES order."""
     # Not in the dense top list: its cosine is at most the lowest one there.
-    cosine = lists.cosine.get(hit.chunk_id, min(lists.cosine.values(), default=0.0))
-    best = max(lists.keyword.values(), default=0.0)
+    cosine = lists.cosine.get(hit.chunk_id, lists.lowest_cosine)
+    best = lists.best_keyword
     keyword = lists.keyword.get(hit.chunk_id, 0.0) / best if best > 0 else 0.0
     wanted = set(query_tokens)
     found = wanted & set(code_tokens(f"{hit.path} {hit.symbol} {hit.text}")) if wanted else set()
@@ -64,13 +69,13 @@ def probability(values: Sequence[float], coefficients: Sequence[float] = COEFFIC
     return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
 
-def final_order(judged: Sequence[Sequence[float]], coefficients: Sequence[float] = COEFFICIENTS) -> list[int]:
-    """Positions of the rules' top hits (their features, in the rules' order) in the final order:
+def final_order(relevance: Sequence[float]) -> list[int]:
+    """Positions of the rules' top hits (their relevance, in the rules' order) in the final order:
     by relevance and rules' rank together (RELEVANCE_SHARE), ties kept in the rules' order."""
-    n = len(judged)
+    n = len(relevance)
 
     def key(position: int) -> tuple[float, int]:
-        blended = RELEVANCE_SHARE * probability(judged[position], coefficients)
+        blended = RELEVANCE_SHARE * relevance[position]
         return (-(blended + (1 - RELEVANCE_SHARE) * (1 - position / n)), position)
 
     return sorted(range(n), key=key)

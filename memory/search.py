@@ -84,8 +84,8 @@ def search(
     ]
     if not final:
         return judged, used
-    order = final_order([hit.features for hit in judged])[:k]
-    return [replace(judged[i], relevance=probability(judged[i].features)) for i in order], used
+    relevance = [probability(hit.features) for hit in judged]
+    return [replace(judged[i], relevance=relevance[i]) for i in final_order(relevance)[:k]], used
 
 
 @functools.cache

@@ -50,18 +50,28 @@ def test_a_test_nobody_asked_for_is_less_likely_than_the_same_text_in_code() -> 
     assert as_test < as_code and as_test < asked
 
 
+def _lists(cosine: dict[str, float], bm25: dict[str, float]) -> ListScores:
+    def scored(scores: dict[str, float]) -> list[Hit]:
+        return [_hit(chunk_id, "src/x.py", "x", "x", score) for chunk_id, score in scores.items()]
+
+    return ListScores.of(keyword=scored(bm25), dense=scored(cosine))
+
+
 def test_relevance_rises_with_the_cosine_and_the_keyword_score_and_stays_a_probability() -> None:
     query = "least recently used cache eviction"
     hit = _hit("a", "src/lru.py", "LRUCache.popitem", "def popitem(self):\n    return self.__order.popitem()\n")
-    low = _relevance(query, hit, ListScores(cosine={"a": 0.2, "b": 0.6}, keyword={"a": 1.0, "b": 9.0}))
-    high = _relevance(query, hit, ListScores(cosine={"a": 0.7, "b": 0.6}, keyword={"a": 9.0, "b": 1.0}))
+    low = _relevance(query, hit, _lists(cosine={"a": 0.2, "b": 0.6}, bm25={"a": 1.0, "b": 9.0}))
+    high = _relevance(query, hit, _lists(cosine={"a": 0.7, "b": 0.6}, bm25={"a": 9.0, "b": 1.0}))
     assert 0.0 < low < high < 1.0
+    # Outside the dense list its cosine counts as the list's lowest; outside the keyword list, as no match.
+    absent = _relevance(query, hit, _lists(cosine={"b": 0.6, "c": 0.2}, bm25={"b": 9.0}))
+    assert absent == _relevance(query, hit, _lists(cosine={"a": 0.2, "b": 0.6}, bm25={"a": 0.0, "b": 9.0}))
     assert probability([1e6] * len(FEATURES)) == 1.0 and probability([-1e6] * len(FEATURES)) < 1e-20
 
 
 def test_the_final_order_lifts_a_much_likelier_hit_and_keeps_the_rules_order_otherwise() -> None:
-    likely = (1.0, 0.9, 1.0, 1.0, 1.0, 0.0)
-    unlikely = (1.0, 0.1, 0.0, 0.1, 0.0, 1.0)
+    likely = probability((1.0, 0.9, 1.0, 1.0, 1.0, 0.0))
+    unlikely = probability((1.0, 0.1, 0.0, 0.1, 0.0, 1.0))
     assert final_order([unlikely, unlikely, likely]) == [2, 0, 1]
     assert final_order([likely, likely, likely]) == [0, 1, 2]
     assert final_order([]) == []
