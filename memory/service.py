@@ -100,6 +100,12 @@ class MemoryService:
             self._last_error = f"{type(exc).__name__}: {exc}"
             if not background:
                 raise
+            return
+        if background:  # a server's index: its first searches should not wait for what can be read ahead
+            try:
+                self.store.warm(self._stop)
+            except Exception as exc:  # only speed is lost; searches read what they need themselves
+                log.warning("index.warm_failed", root=str(self.root), error=f"{type(exc).__name__}: {exc}")
 
     @property
     def is_indexing(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
@@ -130,5 +131,10 @@ class Store(Protocol):
         ...
 
     def stats(self) -> StoreStats: ...
+
+    def warm(self, stop: threading.Event | None = None) -> None:
+        """Read ahead what the first searches would otherwise wait for; may take seconds (call it
+        from a background thread) and returns early once `stop` is set."""
+        ...
 
     def close(self) -> None: ...

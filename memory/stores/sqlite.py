@@ -438,6 +438,10 @@ class SQLiteStore:
         dense = self.vector_search(vector, depth, filters)
         return rrf([keyword, dense], k, weights=weights)
 
+    def warm(self, stop: threading.Event | None = None) -> None:
+        """The postings of the tokens slowest to read (memory.stores.keyword_index.KeywordIndex.warm)."""
+        self._keywords.warm(self._reader(), COMMON_TOKEN_SHARE * self.stats().chunks, stop)
+
     def stats(self) -> StoreStats:
         # Kept by every write (the `counts` table): one small read, however large the store.
         counts = dict(self._reader().execute("SELECT name, n FROM counts").fetchall())

@@ -11,6 +11,7 @@ one write request (atomic in turbopuffer) replaces a file's chunks and its manif
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -304,6 +305,9 @@ class TurbopufferStore:
 
     def delete_all(self) -> None:
         self._call("delete_all", self.ns.delete_all)
+
+    def warm(self, stop: threading.Event | None = None) -> None:
+        """Nothing to read ahead: the namespace's caches are turbopuffer's."""
 
     def close(self) -> None:
         self.client.close()

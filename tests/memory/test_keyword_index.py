@@ -121,3 +121,40 @@ def test_long_rows_are_measured_as_fts5_does(tmp_path: Path) -> None:
         _assert_same_ranking(store)
     finally:
         store.close()
+
+
+def test_warming_reads_ahead_the_tokens_slowest_to_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keyword_index, "WARM_MIN_INSTANCES", 12)
+    rng = random.Random(9)
+    store = SQLiteStore(tmp_path / "index.sqlite", model_id="m", dim=4)
+    try:
+        for i in range(20):
+            index_text(store, f"pkg/mod{i}.py", _source(rng, 10))
+        db = store._reader()
+        occurrences = dict(db.execute("SELECT term, count(*) FROM chunks_instances GROUP BY term").fetchall())
+        rows_with = dict(db.execute("SELECT term, count(DISTINCT doc) FROM chunks_instances GROUP BY term").fetchall())
+        chunks = store.stats().chunks
+        already_set = __import__("threading").Event()
+        already_set.set()
+        store.warm(already_set)
+        assert not store._keywords._cache  # asked to stop before the first token
+        store.warm()
+        cached = set(store._keywords._cache)
+        slow = {t for t, n in occurrences.items() if n >= 12 and rows_with[t] <= 0.25 * chunks}
+        assert cached == slow and len(slow) >= 3, (sorted(cached), sorted(slow))
+        assert any(rows_with[t] > 0.25 * chunks for t in occurrences)  # too common to be asked for: left out
+        assert store._keywords._held <= store._keywords._limit() // 2
+        _assert_same_ranking(store)  # what was read ahead scores as FTS5 does
+        # Within half the cache: the tokens with the most occurrences first.
+        monkeypatch.setattr(keyword_index, "MIN_POSTINGS", 0)
+        monkeypatch.setattr(keyword_index, "POSTINGS_PER_ROW", 1)
+        tight = SQLiteStore(tmp_path / "index.sqlite", model_id="m", dim=4)
+        try:
+            tight.warm()
+            some = set(tight._keywords._cache)
+            assert some and some < slow and tight._keywords._held <= chunks // 2
+            assert min(occurrences[t] for t in some) >= max(occurrences[t] for t in slow - some)
+        finally:
+            tight.close()
+    finally:
+        store.close()

@@ -184,3 +184,20 @@ def test_bulk_syncs_take_a_worker_per_cpu_they_may_use_up_to_the_cap(monkeypatch
     assert memory.indexing.sync.worker_count() == min(len(allowed), memory.indexing.sync.PARALLEL_WORKERS_MAX)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     assert memory.indexing.sync.worker_count() == memory.indexing.sync.PARALLEL_WORKERS_MAX == 4
+
+
+def test_a_background_index_reads_ahead_for_the_first_searches(
+    repo: Path, embedder: CachedEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memory.stores.keyword_index as keyword_index
+
+    monkeypatch.setattr(keyword_index, "WARM_MIN_INSTANCES", 2)
+    with _service(repo, embedder) as svc:
+        svc.index_workspace()  # in the foreground: the caller waits for the index, not for reading ahead
+        assert not svc.store._keywords._cache  # type: ignore[attr-defined]
+    with _service(repo, embedder) as svc:  # a server's start: the same index, synced in the background
+        assert svc.start_indexing()
+        svc.wait_for_indexing(60)
+        warmed = set(svc.store._keywords._cache)  # type: ignore[attr-defined]
+        assert len(warmed) >= 10 and "csv" in warmed, sorted(warmed)
+        assert _paths(svc, "fibonacci")[0] == "cmd/main.go"
