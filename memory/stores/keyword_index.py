@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.ranking import top_k
-from memory.stores.row_filter import Mask, changes_since
+from memory.stores.row_filter import Mask, changes_since, snapshot
 
 K1 = 1.2
 B = 0.75
@@ -97,14 +97,11 @@ class KeywordIndex:
         rows where `allowed` is true when given (scores are the unfiltered ones: the filter
         does not change a token's rarity)."""
         with self._lock:
-            db.execute("BEGIN")  # one snapshot for the log position, the lengths and the postings
-            try:
+            with snapshot(db):  # one state for the log position, the lengths and the postings
                 self._refresh(db)
                 if not self._rows or not tokens:
                     return []
                 postings = [self._postings(db, token) for token in tokens]
-            finally:
-                db.execute("COMMIT")
             avgdl = self._tokens / self._rows
             scores = np.zeros(len(self._lengths), np.float64)
             for p in postings:
@@ -232,11 +229,8 @@ class KeywordIndex:
         so a server's first searches do not pay for them. One token at a time under the lock: a
         search waits for one token's read at most. Returns the tokens loaded."""
         with self._lock:
-            db.execute("BEGIN")
-            try:
+            with snapshot(db):
                 self._refresh(db)
-            finally:
-                db.execute("COMMIT")
             budget = self._limit() // 2 - self._held
         wanted: list[str] = []
         for term, docs in db.execute(
@@ -251,13 +245,9 @@ class KeywordIndex:
         for term in reversed(wanted):  # the slowest to read become the most recently used: evicted last
             if stop is not None and stop.is_set():
                 break
-            with self._lock:
-                db.execute("BEGIN")
-                try:
-                    self._refresh(db)
-                    if term not in self._cache:
-                        self._postings(db, term)
-                        loaded += 1
-                finally:
-                    db.execute("COMMIT")
+            with self._lock, snapshot(db):
+                self._refresh(db)
+                if term not in self._cache:
+                    self._postings(db, term)
+                    loaded += 1
         return loaded

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +27,17 @@ LOG_BOUNDS = "SELECT (SELECT min(seq) FROM {table}), (SELECT max(seq) FROM {tabl
 """First and last entry of a change log. Two subqueries, not `SELECT min(seq), max(seq)`: SQLite
 answers a lone min() or max() from the primary key's b-tree, but both in one SELECT scan the
 whole log (1-2 ms at 58k entries, on every query)."""
+
+
+@contextmanager
+def snapshot(db: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction on an autocommit connection: everything read inside it (a change log's
+    position and the rows it points at) sees the same state of the database."""
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        db.execute("COMMIT")
 
 
 def changes_since(db: sqlite3.Connection, table: str, seq: int) -> tuple[int, list[int] | None]:
@@ -59,11 +72,8 @@ class RowFilter:
         if not (filters.language or filters.path_glob):
             return None
         with self._lock:
-            db.execute("BEGIN")
-            try:
+            with snapshot(db):
                 self._refresh(db)
-            finally:
-                db.execute("COMMIT")
             if self._last is not None and self._last[:2] == (filters, self._seq):
                 return self._last[2]
             allowed = np.ones(len(self._path_of), bool)

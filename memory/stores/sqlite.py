@@ -26,7 +26,7 @@ from memory.errors import StoreBusyError, StoreError
 from memory.ranking import glob_regex, rrf
 from memory.stores.base import ChunkRecord, FileState, Filters, FloatArray, Hit, PendingChunk, StoreStats
 from memory.stores.keyword_index import KeywordIndex
-from memory.stores.row_filter import Mask, RowFilter, changes_since
+from memory.stores.row_filter import Mask, RowFilter, changes_since, snapshot
 from memory.stores.sqlite_schema import CHUNK_LOG_KEEP, MIGRATIONS, VECTOR_LOG_KEEP
 from memory.stores.vector_file import VectorFile
 from memory.stores.vector_index import EXACT_UP_TO, VectorIndex
@@ -367,8 +367,7 @@ class SQLiteStore:
             if version == self._vectors.version:
                 return
             index = self._vectors
-            self._rdb.execute("BEGIN")  # one snapshot for the log position, the slot count and the slots read
-            try:
+            with snapshot(self._rdb):  # one state for the log position, the slot count and the slots read
                 files, slots = self._vector_file(self._rdb)
                 last, touched = changes_since(self._rdb, "vector_log", index.seq)
                 if touched is None or files.vectors_path != index.source:
@@ -398,8 +397,6 @@ class SQLiteStore:
                     )
                 else:  # other tables changed: the same vectors (no copy of the matrix)
                     fresh = index
-            finally:
-                self._rdb.execute("COMMIT")
             fresh.source = files.vectors_path
             fresh.seq = last
             fresh.version = version
