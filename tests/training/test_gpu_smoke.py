@@ -48,7 +48,10 @@ def test_the_smoke_script_runs_the_gpu_path_on_the_cpu_stand_in(tmp_path: Path) 
     assert report["eval"]["n"] == 1 and report["eval"]["checkpoint_step"] >= 2
     endpoint = report["endpoint"]
     step = int(endpoint["recorded_turn_model"].split("@")[1])
-    assert endpoint["models"] == ["student", f"student@{step}"] and step >= 2
+    # The worker trains on while the endpoint serves: the turn may meet a checkpoint newer than the
+    # one /v1/models listed a moment before (CI saw student@12 listed, @13 answer).
+    [alias, listed] = endpoint["models"]
+    assert alias == "student" and 2 <= int(listed.removeprefix("student@")) <= step
     assert endpoint["recorded_turn_model"] == f"student-{report['run']}@{step}"  # the run's own model
     assert endpoint["recorded_prompt_tokens"] > 0 and endpoint["completion_tokens"] > 0
     assert not any((tmp_path / "art").glob("*/models/*/.served.json.*"))  # published whole
