@@ -132,6 +132,10 @@ def record_curation(cur: Cursor, episode_id: str, action: CurationAction, detail
 
 
 MAX_SEARCH_CHARS = 500
+REWARD_BOUND_SLACK = 1e-9
+"""`min_reward`/`max_reward` take totals within this of the bound: floating point must not decide
+the side. A total that is 0 in exact arithmetic (0.75 - 0.25 - 0.5, weighted) comes out of
+`combine` as -1.4e-17, shown as 0.00; a bound of 0 includes it."""
 
 
 @dataclass(frozen=True)
@@ -191,10 +195,10 @@ class EpisodeQuery:
             clauses.append(f"{total} IS NOT NULL")
             if self.min_reward is not None:
                 clauses.append(f"{total} >= ?")
-                params.append(self.min_reward - 1e-9)
+                params.append(self.min_reward - REWARD_BOUND_SLACK)
             if self.max_reward is not None:
                 clauses.append(f"{total} <= ?")
-                params.append(self.max_reward + 1e-9)
+                params.append(self.max_reward + REWARD_BOUND_SLACK)
         return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
