@@ -344,12 +344,16 @@ class SQLiteStore:
             glob_regex(filters.path_glob)  # a malformed glob is a QueryError before any work
         return self._filter.mask(reader, filters)
 
+    def _common_token_rows(self) -> float:
+        """A token in more rows than this is too common to keep in a query (COMMON_TOKEN_SHARE)."""
+        return COMMON_TOKEN_SHARE * self.stats().chunks
+
     def _selective(self, reader: sqlite3.Connection, tokens: list[str]) -> list[str]:
         """`tokens` without those in more than COMMON_TOKEN_SHARE of chunks, unless all of them are."""
         if len(tokens) < 2:
             return tokens
         found = self._keywords.document_frequencies(reader, tokens)
-        ceiling = COMMON_TOKEN_SHARE * self.stats().chunks
+        ceiling = self._common_token_rows()
         # Absent tokens match nothing either way; dropping every common one must leave some present.
         present = [t for t in tokens if found.get(t, 0) > 0]
         return [t for t in present if found[t] <= ceiling] or present or tokens
@@ -437,7 +441,8 @@ class SQLiteStore:
 
     def warm(self, stop: threading.Event | None = None) -> None:
         """The postings of the tokens slowest to read (memory.stores.keyword_index.KeywordIndex.warm)."""
-        self._keywords.warm(self._reader(), COMMON_TOKEN_SHARE * self.stats().chunks, stop)
+        # Tokens too common to be kept in a query are not worth reading ahead.
+        self._keywords.warm(self._reader(), self._common_token_rows(), stop)
 
     def stats(self) -> StoreStats:
         # Kept by every write (the `counts` table): one small read, however large the store.
