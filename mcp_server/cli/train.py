@@ -206,7 +206,7 @@ def train(
     ] = None,
     temperature: Annotated[float, typer.Option(min=0.0, help="Rollout sampling temperature.")] = 1.0,
     kl_coef: Annotated[
-        float, typer.Option(min=0.0, help="GRPO: KL pull towards the base model per token (0: none).")
+        float, typer.Option(min=0.0, help="KL pull towards the base model per trained token, GRPO and SFT (0: none).")
     ] = 0.0,
     as_json: Annotated[
         bool,

@@ -104,8 +104,10 @@ class BackendConfig:
     """cpu backend weights: float32, bfloat16, or auto (bfloat16 for a pretrained model where the CPU
     computes it natively, else float32)."""
     kl_penalty_coef: float = 0.0
-    """GRPO: pull each token towards the base model (adapters off) by this much (ART's kl_penalty_coef);
-    0 skips the reference pass."""
+    """Pull training towards the base model (adapters off) by this much; 0 skips the reference pass.
+    GRPO: ART's kl_penalty_coef on each sampled token. SFT (cpu backend): the forward KL from the base's
+    next-token distribution at each trained token, whole vocabulary (keeps what the base would also
+    have said, so narrow demonstrations cost less elsewhere)."""
     dpo_beta: float = 0.1
     """DPO: how strongly the preference margin is pushed (the beta of the DPO paper and TRL)."""
     extra: dict[str, Any] = field(default_factory=dict)

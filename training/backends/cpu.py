@@ -396,18 +396,27 @@ def sft_example(
     return ids, labels
 
 
+def scored_log_softmax(
+    model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions t, the next-token log-distribution at each t, [positions x vocabulary]) for every
+    token t+1 that `scored` marks, of one sequence `ids`. The output head runs only at those
+    positions: a full [length x vocabulary] logits tensor of a real model is gigabytes."""
+    positions = torch.nonzero(scored[1:]).squeeze(1)
+    if positions.numel() == 0:
+        return positions, torch.zeros(0, 0)
+    kwargs = {"position_ids": position_ids.unsqueeze(0)} if position_ids is not None else {}
+    logits = model(input_ids=ids.unsqueeze(0), logits_to_keep=positions, **kwargs).logits[0].float()
+    return positions, torch.log_softmax(logits, dim=-1)
+
+
 def scored_logprobs(
     model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions t, logprob of token t+1 at t) for every token t+1 that `scored` marks, of one
-    sequence `ids`. The output head runs only at those positions: a full [length x vocabulary]
-    logits tensor of a real model is gigabytes."""
-    positions = torch.nonzero(scored[1:]).squeeze(1)
+    """(positions t, logprob of token t+1 at t) for every token t+1 that `scored` marks."""
+    positions, logp = scored_log_softmax(model, ids, scored, position_ids)
     if positions.numel() == 0:
         return positions, torch.zeros(0)
-    kwargs = {"position_ids": position_ids.unsqueeze(0)} if position_ids is not None else {}
-    logits = model(input_ids=ids.unsqueeze(0), logits_to_keep=positions, **kwargs).logits[0].float()
-    logp = torch.log_softmax(logits, dim=-1)
     return positions, torch.gather(logp, 1, ids[positions + 1].unsqueeze(1)).squeeze(1)
 
 
@@ -592,13 +601,25 @@ class CpuBackend:
         if not rows:
             raise NoTrainableData(f"no conversation of this batch is usable: {next(iter(skipped.values()))}", skipped)
         scored_total = sum(sum(lab != -100 for lab in labels[1:]) for _, labels in rows)
-        loss_sum = 0.0
+        coef = self.config.kl_penalty_coef
+        loss_sum = kl_sum = 0.0
         self._begin_step()
         for ids, labels in rows:
-            _, logps = scored_logprobs(self.model, torch.tensor(ids), torch.tensor(labels) != -100)
-            loss = -logps.sum() / scored_total
-            loss.backward()  # type: ignore[no-untyped-call]
+            tokens, scored = torch.tensor(ids), torch.tensor(labels) != -100
+            positions, logp = scored_log_softmax(self.model, tokens, scored)
+            loss = -torch.gather(logp, 1, tokens[positions + 1].unsqueeze(1)).sum() / scored_total
             loss_sum += float(loss.detach())
+            if coef > 0:
+                # Forward KL(base || policy) over the whole vocabulary at each trained position: the
+                # base's alternatives keep their mass, so imitating a narrow project does not
+                # sharpen every other choice the model makes (the target becomes, in effect, the
+                # demonstrated token mixed with the base's distribution in the ratio 1 : coef).
+                with torch.no_grad(), self.model.disable_adapter():
+                    _, base = scored_log_softmax(self.model, tokens, scored)
+                kl = (base.exp() * (base - logp)).sum() / scored_total
+                kl_sum += float(kl.detach())
+                loss = loss + coef * kl
+            loss.backward()  # type: ignore[no-untyped-call]
         grad_norm = self._finish_step()
         self._record_trained(
             "sft", [(c.get("episode_id"), c["messages"]) for i, c in enumerate(conversations) if i not in skipped]
@@ -608,6 +629,7 @@ class CpuBackend:
             sum(len(ids) for ids, _ in rows),
             {
                 "losses/sft_loss": loss_sum,
+                **({"losses/sft_kl": kl_sum} if coef > 0 else {}),
                 "losses/grad_norm": grad_norm,
                 "perf/trainable_tokens": float(scored_total),
                 "charts/skipped": float(len(skipped)),

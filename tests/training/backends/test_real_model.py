@@ -15,7 +15,14 @@ pytest.importorskip("peft")
 
 from episodes.codec import encode_choice  # noqa: E402
 from training.backends.base import BackendConfig, BackendUnavailable, make_backend  # noqa: E402
-from training.backends.cpu import CpuBackend, generate_batch, prompt_token_ids, scored_logprobs  # noqa: E402
+from training.backends.cpu import (  # noqa: E402
+    CpuBackend,
+    generate_batch,
+    prompt_token_ids,
+    scored_log_softmax,
+    scored_logprobs,
+    sft_example,
+)
 from training.data.groups import Group, Trajectory  # noqa: E402
 from training.data.ledger import trained_overlap  # noqa: E402
 from training.models.registry import PACKAGED, installed  # noqa: E402
@@ -57,6 +64,42 @@ def test_sft_step_lowers_the_loss_and_records_what_it_trained_on(backend: Any) -
     assert second.step == 2 and first.metrics["perf/trainable_tokens"] > 10
     # The run's ledger knows the task now: evaluating on it would be refused.
     assert trained_overlap(backend.config.model_dir(), [("t", TASK[0]["content"]), ("u", "another task")]) == ["t"]
+
+
+def _drift_from_base(backend: Any, messages: list[dict[str, Any]]) -> float:
+    """Mean forward KL(base || policy) over the assistant tokens of `messages`."""
+    ids, labels = sft_example(backend.tokenizer, messages, None)
+    tokens, scored = torch.tensor(ids), torch.tensor(labels) != -100
+    with torch.no_grad():
+        _, policy = scored_log_softmax(backend.model, tokens, scored)
+        with backend.model.disable_adapter():
+            _, base = scored_log_softmax(backend.model, tokens, scored)
+    return float((base.exp() * (base - policy)).sum(-1).mean())
+
+
+def test_sft_kl_to_the_base_keeps_the_policy_closer_to_it(tmp_path: Path) -> None:
+    """The same SFT steps with and without `kl_penalty_coef`: with it the loss reports the KL, the
+    demonstration is still learned, and the policy moves less from the base, on the trained answer
+    and on an unrelated one."""
+    records = [{"messages": [*TASK, {"role": "assistant", "content": ANSWER}]}]
+    other = [{"role": "user", "content": "Name three colors."}, {"role": "assistant", "content": "Red, green, blue."}]
+    drifts, losses, kls = {}, {}, {}
+    for coef in (0.0, 1.0):
+        config = BackendConfig(
+            path=tmp_path / str(coef), base_model=MODEL, dtype="float32", learning_rate=1e-3, lora_rank=4,
+            kl_penalty_coef=coef,
+        )  # fmt: skip
+        backend = make_backend(config)
+        backend.start()
+        metrics = [backend.train_sft(records).metrics for _ in range(4)]
+        losses[coef] = [m["losses/sft_loss"] for m in metrics]
+        kls[coef] = [m.get("losses/sft_kl") for m in metrics]
+        drifts[coef] = (_drift_from_base(backend, records[0]["messages"]), _drift_from_base(backend, other))
+        backend.close()
+    assert kls[0.0] == [None] * 4
+    assert kls[1.0][0] == pytest.approx(0.0, abs=1e-6) and kls[1.0][-1] > 0  # LoRA starts as the base
+    assert losses[1.0][-1] < losses[1.0][0]
+    assert drifts[1.0][0] < drifts[0.0][0] and drifts[1.0][1] < drifts[0.0][1]
 
 
 def test_an_over_long_conversation_is_set_aside_with_its_reason(tmp_path: Path) -> None:
