@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -239,23 +240,16 @@ def sample_choices(
         past = out.past_key_values
         if n > 1:
             past.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].expand(n, -1)
-        sampled: list[list[int]] = [[] for _ in range(n)]
-        lps: list[list[float]] = [[] for _ in range(n)]
-        done = [False] * n
-        for _ in range(max_tokens):
-            logp, nxt = _pick(logits, temperature, top_p, generator)
-            for i in range(n):
-                if not done[i]:
-                    tid = int(nxt[i])
-                    sampled[i].append(tid)
-                    lps[i].append(float(logp[i, tid]))
-                    done[i] = tid in stops or _stop_at(tokenizer, sampled[i], stop) is not None
-            if all(done):
-                break
-            out = model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :]
+        sampled, lps = _decode(
+            model,
+            past,
+            out.logits[:, -1, :].expand(n, -1),
+            max_tokens=max_tokens,
+            done=lambda ids: ids[-1] in stops or _stop_at(tokenizer, ids, stop) is not None,
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+        )
     choices = []
     for i in range(n):
         toks = sampled[i]
@@ -306,10 +300,13 @@ def generate_batch(
     max_tokens: int,
     temperature: float = 0.0,
     seed: int | None = None,
+    n: int = 1,
 ) -> list[list[int]]:
     """The completion ids of several different prompts decoded together (left-padded, one forward
     pass per token for the whole batch): what evaluation over many tasks needs, where one prompt
-    at a time leaves a memory-bound CPU idle. Each completion ends with its stop token, if any."""
+    at a time leaves a memory-bound CPU idle. Each completion ends with its stop token, if any.
+    `n` > 1: that many completions of each prompt (prompt i's at i*n to i*n+n-1), its prompt
+    computed once."""
     if not prompts:
         return []
     width = max(len(p) for p in prompts)
@@ -321,28 +318,73 @@ def generate_batch(
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     stops = stop_token_ids(model, tokenizer)
-    out_ids: list[list[int]] = [[] for _ in prompts]
-    done = [False] * len(prompts)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        for _ in range(max_tokens):
-            _, nxt = _pick(out.logits[:, -1, :], temperature, 1.0, generator)
-            for i, tid in enumerate(nxt.tolist()):
-                if not done[i]:
-                    out_ids[i].append(tid)
-                    done[i] = tid in stops
-            if all(done):
-                break
-            mask = torch.cat([mask, torch.ones(len(prompts), 1, dtype=mask.dtype)], dim=1)
-            positions = positions[:, -1:] + 1
-            out = model(
-                input_ids=nxt.unsqueeze(1),
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=out.past_key_values,
-                use_cache=True,
-            )
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+        if n > 1:
+            past.batch_repeat_interleave(n)
+            logits, mask, positions = (t.repeat_interleave(n, dim=0) for t in (logits, mask, positions))
+        out_ids, _ = _decode(
+            model,
+            past,
+            logits,
+            max_tokens=max_tokens,
+            done=lambda ids: ids[-1] in stops,
+            temperature=temperature,
+            top_p=1.0,
+            generator=generator,
+            padded=(mask, positions),
+        )
     return out_ids
+
+
+def _decode(
+    model: Any,
+    past: Any,
+    logits: torch.Tensor,
+    *,
+    max_tokens: int,
+    done: Callable[[list[int]], bool],
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    padded: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[list[list[int]], list[list[float]]]:
+    """The token ids, and the policy's logprob of each, that every row of a batch decodes after its
+    prompt (`past`, its cache; `logits`, its next-token logits; `padded`, the attention mask and
+    positions of left-padded prompts), together, one forward pass per token, until `done` says a
+    row's ids are finished or `max_tokens`. A finished row leaves the batch: a step's cost grows
+    with the rows in it, and a batch's answers differ in length by hundreds of tokens."""
+    rows = logits.shape[0]
+    ids: list[list[int]] = [[] for _ in range(rows)]
+    lps: list[list[float]] = [[] for _ in range(rows)]
+    live = list(range(rows))  # the batch's rows, by the index of the row they decode
+    mask, positions = padded if padded is not None else (None, None)
+    for _ in range(max_tokens):
+        logp, nxt = _pick(logits, temperature, top_p, generator)
+        going = []
+        for at, row in enumerate(live):
+            tid = int(nxt[at])
+            ids[row].append(tid)
+            lps[row].append(float(logp[at, tid]))
+            if not done(ids[row]):
+                going.append(at)
+        if not going:
+            break
+        if len(going) < len(live):
+            keep = torch.tensor(going)
+            past.batch_select_indices(keep)
+            nxt, live = nxt[keep], [live[at] for at in going]
+            if mask is not None and positions is not None:
+                mask, positions = mask[keep], positions[keep]
+        kwargs: dict[str, torch.Tensor] = {}
+        if mask is not None and positions is not None:
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+            kwargs = {"attention_mask": mask, "position_ids": positions}
+        out = model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True, **kwargs)
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+    return ids, lps
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

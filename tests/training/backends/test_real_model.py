@@ -173,6 +173,12 @@ def test_batched_generation_equals_one_prompt_at_a_time(backend: Any) -> None:
     together = generate_batch(backend.model, tok, prompts, max_tokens=10)
     alone = [generate_batch(backend.model, tok, [p], max_tokens=10)[0] for p in prompts]
     assert together == alone
+    # Several samples of each prompt: each prompt's come together, and greedy ones are its answer.
+    assert generate_batch(backend.model, tok, prompts, max_tokens=10, n=2) == [x for x in alone for _ in range(2)]
+    drawn = generate_batch(backend.model, tok, prompts, max_tokens=10, n=3, temperature=1.0, seed=5)
+    assert len(drawn) == 9 and drawn == generate_batch(
+        backend.model, tok, prompts, max_tokens=10, n=3, temperature=1.0, seed=5
+    )
 
 
 def test_a_run_keeps_its_base_model(backend: Any) -> None:
