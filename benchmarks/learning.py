@@ -184,14 +184,14 @@ class Evaluator:
         from training.scenarios.base import VerifierUnavailable, humaneval_verdict
 
         answers = self.answers(backend, problems, samples, temperature)
-        rates: dict[str, float] = {}
+        passed: dict[str, int] = {}
         for problem, drawn in zip(problems, answers, strict=True):
-            passed = 0
+            passed[problem["task_id"]] = 0
             for answer in drawn:
                 with contextlib.suppress(VerifierUnavailable):  # the sandbox could not judge it: a fail
-                    passed += int(humaneval_verdict(problem, answer, self.runner, 10.0).passed)
-            rates[problem["task_id"]] = passed / samples
-        passed_total = round(sum(rates.values()) * samples)
+                    passed[problem["task_id"]] += int(humaneval_verdict(problem, answer, self.runner, 10.0).passed)
+        rates = {task: count / samples for task, count in passed.items()}
+        passed_total = sum(passed.values())
         pass_at_1 = sum(rates.values()) / len(problems)
         interval = wilson(passed_total, len(problems)) if samples == 1 else mean_interval(list(rates.values()))
         return {
@@ -289,6 +289,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report["load_seconds"] = time.perf_counter() - started
         runner = SandboxRunner()
         evaluator = Evaluator(runner, args.max_tokens, args.eval_batch)
+
+        def sampled() -> dict[str, Any]:
+            """The held-out sets' pass@1 estimated from `--samples` drawn answers per problem."""
+            found = {
+                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks, args.samples, args.eval_temperature),
+                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval, args.samples, args.eval_temperature),
+            }
+            log({k: f"{v['pass_at_1']:.3f}" for k, v in found.items()})
+            return found
+
         try:
             report["before"] = {
                 "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks),
@@ -297,11 +307,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             log(report["before"])
             if args.samples:
-                report["before_sampled"] = {
-                    "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks, args.samples, args.eval_temperature),
-                    "humaneval_heldout": evaluator.pass_at_1(backend, humaneval, args.samples, args.eval_temperature),
-                }
-                log({k: f"{v['pass_at_1']:.3f}" for k, v in report["before_sampled"].items()})
+                report["before_sampled"] = sampled()
 
             # Rehearsal: the base model's own verified answers to general problems (HumanEval's
             # train split, never its held-out one) go into SFT beside the project's episodes, so
@@ -396,11 +402,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             log(report["after"])
             if args.samples:
-                report["after_sampled"] = {
-                    "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks, args.samples, args.eval_temperature),
-                    "humaneval_heldout": evaluator.pass_at_1(backend, humaneval, args.samples, args.eval_temperature),
-                }
-                log({k: f"{v['pass_at_1']:.3f}" for k, v in report["after_sampled"].items()})
+                report["after_sampled"] = sampled()
         finally:
             runner.close()
             backend.close()
