@@ -11,19 +11,19 @@ Measures, and prints as one JSON object on stdout:
   embed_chunks_per_s  embedding throughput of the int8 MiniLM on a fixed-seed sample of real chunks
   query_ms            warm search_code latency (p50/p99) including the query embedding, at full size,
                       after the keyword read-ahead a server does once its index is built (its time)
-  dense               how dense search ran (exact scan, or the principal-component prefilter) and,
-                      with real vectors, how often its top 10 equalled the exact scan's
+  dense               how dense search ran (exact scan, or the int8 prefilter) and how often its
+                      top 10 equalled the exact scan's
   edit_ms             one edited file re-chunked, re-embedded and returned by search again
   *_cpu_*             CPU seconds / ms behind the same numbers (the machine is shared: wall time
                       depends on the load average, which the JSON reports too)
 
 The latency test needs a vector for every chunk. By default chunks not in the throughput sample
 get random unit vectors: embedding 58k chunks takes 8 minutes here. Random vectors have no leading
-principal components, so dense search scans them all exactly (memory.stores.vector_index), which
-is what an index without such structure would cost. `--real-vectors` embeds every chunk instead,
+principal components, so the prefilter codes all 384 of them (memory.stores.prefilter), which is
+what an index without such structure would cost. `--real-vectors` embeds every chunk instead,
 through the persistent embedding cache in rlide's data directory (8 minutes the first time, then
-seconds), so the prefilter that real vectors allow is what gets timed, and compared with the exact
-scan. The query vectors are always real.
+seconds), so the prefilter on the principal components that real vectors allow is what gets timed.
+Either way it is compared with the exact scan. The query vectors are always real.
 
 `--scaling COPIES` builds one store per entry of COPIES from that many copies of the standard
 library (hard links, each copy under its own folder: real text, 58k chunks a copy of Python 3.11's)
@@ -32,7 +32,7 @@ query after reopening the store, the keyword read-ahead's time (a server's, once
 built), then warm p50/p99 per mode and with a language or path filter, how
 dense search ran, and the query process's RSS. Its vectors, queries' included, are synthetic (unit
 vectors seeded by the text, so no embedding time is counted anywhere); the JSON says so. By
-default they are random, so dense search scans every one exactly (the worst case);
+default they are random, so the prefilter codes every component (the worst case);
 `--scaling-vectors embedding-like` gives them the variance spectrum of real embeddings, so the
 principal-component prefilter runs as it does on real vectors (see `SyntheticEmbedder`). Each size
 builds in one child process and is queried in another, so RSS is the query side's alone.
@@ -127,10 +127,8 @@ def _throughput(embed: Callable[[list[str]], FloatArray], texts: list[str]) -> t
     return figures, vectors
 
 
-def _dense_figures(
-    svc: MemoryService, model: OnnxMiniLM, queries: list[str], index_path: Path, *, with_agreement: bool
-) -> dict[str, Any]:
-    """How dense search ran and, with real vectors, how often the prefilter's top 10 was the exact
+def _dense_figures(svc: MemoryService, model: OnnxMiniLM, queries: list[str], index_path: Path) -> dict[str, Any]:
+    """How dense search ran and how often the prefilter's top 10 was the exact
     scan's (ids and order) for the benchmark's queries, and the two's latency side by side (dense
     search alone, query embedding excluded, the two interleaved)."""
     assert isinstance(svc.store, SQLiteStore)
@@ -139,9 +137,9 @@ def _dense_figures(
     figures: dict[str, Any] = {
         "vectors": len(index.ids),
         "mode": "exact" if index.projection is None else "prefilter",
-        "prefilter_dims": None if index.projection is None else int(index.projection.basis.shape[1]),
+        "prefilter_dims": None if index.projection is None else index.projection.dims,
     }
-    if with_agreement and index.projection is not None:
+    if index.projection is not None:
         exact = SQLiteStore(index_path, model_id=svc.store.model_id, dim=svc.store.dim, exact_up_to=10**9)
         exact.vector_search(model.embed_query("warm up"), 10, Filters())
         same = 0
@@ -262,9 +260,7 @@ def _scaling_queries(root: Path, spectrum: str, n_queries: int) -> dict[str, Any
             times.append((time.perf_counter() - t0) * 1000)
         figures[f"{name}_ms"] = {"p50": round(_percentile(times, 50), 2), "p99": round(_percentile(times, 99), 2)}
     index = store.dense_index()
-    figures["dense_mode"] = (
-        "exact" if index.projection is None else f"prefilter on {index.projection.basis.shape[1]} dims"
-    )
+    figures["dense_mode"] = "exact" if index.projection is None else f"int8 prefilter on {index.projection.dims} dims"
     store.close()
     return {**figures, "rss_mb": _rss_mb()}
 
@@ -426,7 +422,7 @@ def main() -> None:
             model.embed_query(q + " uncached")
             embed_ms.append((time.perf_counter() - t0) * 1000)
 
-        dense = _dense_figures(svc, model, queries, config.resolved_index_path(), with_agreement=args.real_vectors)
+        dense = _dense_figures(svc, model, queries, config.resolved_index_path())
 
         # One edited file searchable again: re-chunk, write, embed its new chunks, search.
         target = workspace / ("json/decoder.py" if (workspace / "json").exists() else entries[0].name)

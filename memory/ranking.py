@@ -32,14 +32,14 @@ def rrf(
     return [replace(first[cid], score=scores[cid]) for cid in best]
 
 
-def top_k(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+def top_k(scores: npt.NDArray[np.number[Any]], k: int) -> npt.NDArray[np.intp]:
     """Indices of the `k` largest `scores`, best first, equal scores in index order. Exact."""
     candidates = top_k_candidates(scores, k)
     order = np.lexsort((candidates, -scores[candidates]))[:k]
     return cast(npt.NDArray[np.intp], candidates[order])
 
 
-def top_k_candidates(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+def top_k_candidates(scores: npt.NDArray[np.number[Any]], k: int) -> npt.NDArray[np.intp]:
     """Indices, ascending, of a few more than the `k` largest `scores`: every score at least as
     high as the `k`-th largest is among them.
 

@@ -1,20 +1,18 @@
 """The SQLite store's in-memory vectors: one matrix per process, scored with numpy.
 
-Up to `EXACT_UP_TO` vectors every query scores every vector. Above it a query first scores all of
-them on their leading principal components (those holding `PREFILTER_VARIANCE` of the variance),
-then re-scores the best `PREFILTER_FACTOR * depth` exactly and returns the best of those, with
-exact scores. Vectors whose variance is spread evenly (more than half the components needed) are
-always scanned exactly: a prefilter would read nearly as much and miss more.
+Up to `EXACT_UP_TO` vectors every query scores every vector. Above it a query first gives every
+vector a rough score from its int8 code (on its leading principal components where a few hold most
+of the variance: memory.stores.prefilter), then re-scores the best `PREFILTER_FACTOR * depth`
+exactly and returns the best of those, with exact scores.
 
-Measured on the Python standard library (57,803 real MiniLM vectors, 525 queries; see
-docs/search.md): 129 of 384 components hold 84% of the variance; the prefilter returned the same
-top 10, in the same order, as the exact scan for every query, in 2.2 ms against 3.8 ms. The exact
-scan reads 89 MB per query and is bound by memory bandwidth; the prefilter reads 30 MB.
+Measured on the Python standard library (57,803 real MiniLM vectors; see docs/search.md): 129 of
+384 components hold 84% of the variance, and the prefilter returned the same top 10, in the same
+order, as the exact scan for every query. The exact scan reads 89 MB per query and is bound by
+memory bandwidth; the prefilter's codes are 7.5 MB.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,53 +20,18 @@ import numpy as np
 import numpy.typing as npt
 
 from memory.ranking import top_k, top_k_candidates
+from memory.stores.prefilter import Codes, Projection
 
 Matrix = npt.NDArray[np.float32]
 
 EXACT_UP_TO = 20_000
-"""Above this many vectors dense search prefilters on principal components. At 20k the exact scan
-takes about 1.2 ms, and a prefilter would save under a millisecond."""
-PREFILTER_VARIANCE = 0.84
+"""Above this many vectors dense search prefilters. At 20k the exact scan takes about 1.2 ms, and a
+prefilter would save under a millisecond."""
 PREFILTER_FACTOR = 10
 """Candidates re-scored exactly per result wanted, at least (`top_k_candidates` takes all above a
 sampled bound: about 900 at 58k vectors). Factors 5 to 40 all gave the exact lists above."""
-FIT_SAMPLE = 20_000  # vectors the components are computed from: 0.1 s, and as good as all of them
 TRANSPOSE_BLOCK = 8192
 REFIT_GROWTH = 2.0  # refit once the index has doubled since the last fit
-
-
-@dataclass(frozen=True)
-class Projection:
-    """The principal components of a set of vectors: `reduce` maps columns onto the first few."""
-
-    mean: Matrix  # (dim,)
-    basis: Matrix  # (dim, dims), orthonormal columns, largest variance first
-
-    @classmethod
-    def fit(cls, old: Matrix, new: Matrix) -> Projection | None:
-        """The fewest leading components that hold `PREFILTER_VARIANCE` of the variance of the
-        vectors `old` (one per column) then `new` (one per row), or None when that takes more than
-        half of them."""
-        dim, n = old.shape[0], old.shape[1] + len(new)
-        rng = np.random.default_rng(0)  # the same index gives the same components, so the same results
-        chosen = np.sort(rng.choice(n, FIT_SAMPLE, replace=False)) if n > FIT_SAMPLE else np.arange(n)
-        split = int(np.searchsorted(chosen, old.shape[1]))
-        sample = np.concatenate([old[:, chosen[:split]], new[chosen[split:] - old.shape[1]].T], axis=1)
-        mean = sample.mean(axis=1, dtype=np.float64)
-        centred = sample - mean[:, None]
-        variances, vectors = np.linalg.eigh(centred @ centred.T)
-        order = np.argsort(variances)[::-1]
-        held = np.cumsum(variances[order]) / variances.sum()
-        dims = int(np.searchsorted(held, PREFILTER_VARIANCE)) + 1
-        if dims > dim // 2:
-            return None
-        basis = vectors[:, order[:dims]]
-        return cls(mean.astype(np.float32), np.ascontiguousarray(basis, np.float32))
-
-    def reduce(self, columns: Matrix) -> Matrix:
-        """(dims, n), C order: scored like the full matrix (see `VectorIndex.columns`). The mean is
-        projected and subtracted after: centring first made a copy of every vector (1.5 GB at 1M)."""
-        return np.ascontiguousarray(self.basis.T @ columns - (self.basis.T @ self.mean)[:, None], np.float32)
 
 
 def _columns(old: Matrix, new: Matrix) -> Matrix:
@@ -88,7 +51,7 @@ class VectorIndex:
 
     Scanned exactly, the matrix is stored one vector per column (`columns`, dim x n, C order):
     `query @ columns` scored 58k x 384 in 3.5 ms where `rows @ query` took 5.9 ms (OpenBLAS's two
-    sgemv kernels). With a prefilter only the reduced matrix is scanned, and the full vectors are
+    sgemv kernels). With a prefilter only the int8 codes are scanned, and the full vectors are
     read just for the candidates: stored one per row (`rows`, n x dim), those 400 vectors are
     contiguous (0.05 ms where gathering 400 columns took 0.8 ms). One of the two is set.
 
@@ -105,8 +68,8 @@ class VectorIndex:
         self.dim = dim
         self.exact_up_to = exact_up_to
         self.projection: Projection | None = None
-        self.reduced: Matrix | None = None  # projection.reduce(all vectors), when prefiltering
-        self.fitted_on_rows = 0  # size at the last fit (found a projection or not); 0: none yet
+        self.codes: Codes | None = None  # projection.encode(all vectors), when prefiltering
+        self.fitted_on_rows = 0  # size at the projection's fit
 
     def vectors(self, kept: npt.NDArray[np.intp] | None = None) -> Matrix:
         """The vectors (all, or those at `kept`) one per column, as a view where possible."""
@@ -123,11 +86,11 @@ class VectorIndex:
         out.ids = np.concatenate([self.ids[kept], np.asarray(ids, np.int64)])
         old = self.vectors(None if unchanged else kept)
         if len(out.ids) > self.exact_up_to:
-            if self.fitted_on_rows and len(out.ids) < REFIT_GROWTH * self.fitted_on_rows:
+            if self.projection is not None and len(out.ids) < REFIT_GROWTH * self.fitted_on_rows:
+                assert self.codes is not None
                 out.fitted_on_rows, out.projection = self.fitted_on_rows, self.projection
-                if self.projection is not None and self.reduced is not None:
-                    reduced = self.reduced if unchanged else self.reduced[:, kept]
-                    out.reduced = np.concatenate([reduced, self.projection.reduce(new.T)], axis=1)
+                codes = self.codes if unchanged else self.codes.taken(kept)
+                out.codes = codes.extended(self.projection.encode(new.T))
             else:
                 out.fitted_on_rows = len(out.ids)
                 out.projection = Projection.fit(old, new)
@@ -138,8 +101,8 @@ class VectorIndex:
         # A first load keeps the vector file's mapping (its slots never change): the prefilter reads
         # only the candidates' rows, and copying them all cost 0.75 s of the first query at 232k.
         out.rows = new if not old.shape[1] else np.concatenate([old.T, new])
-        if out.reduced is None:
-            out.reduced = out.projection.reduce(out.rows.T)
+        if out.codes is None:
+            out.codes = out.projection.encode(out.rows.T)
         return out
 
     def search(
@@ -149,7 +112,7 @@ class VectorIndex:
         query = np.asarray(vector, np.float32)
         wanted = PREFILTER_FACTOR * depth
         size = len(self.ids) if among is None else len(among)
-        if self.projection is None or self.reduced is None or wanted * 8 > size:
+        if self.projection is None or self.codes is None or wanted * 8 > size:
             if self.rows is not None and among is not None:  # a small subset: gather it
                 scores = self.rows[among] @ query
             else:
@@ -159,9 +122,7 @@ class VectorIndex:
             chosen = best if among is None else among[best]
             return [(int(self.ids[i]), float(scores[j])) for i, j in zip(chosen, best, strict=True)]
         assert self.rows is not None
-        # q.c = q.(c - mean) + q.mean, and the second term is the same for every c: rank by the
-        # first, with c - mean on its principal components (`reduced`) and q projected onto them.
-        rough = (query @ self.projection.basis) @ self.reduced
+        rough = self.codes.scores(self.projection.query(query))
         candidates = top_k_candidates(rough, wanted) if among is None else among[top_k_candidates(rough[among], wanted)]
         exact = self.rows[candidates] @ query
         best = top_k(exact, depth)

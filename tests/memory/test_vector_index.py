@@ -1,8 +1,9 @@
-"""The in-memory vector index: exact up to a size, a principal-component prefilter above it.
+"""The in-memory vector index: exact up to a size, an int8 prefilter above it.
 
 The prefilter must give what the exact scan gives on vectors shaped like real embeddings (most of
-the variance in a few directions), keep its reduced matrix in step with edits, and stand aside
-when the vectors have no such shape.
+the variance in a few directions, which it keeps) and on vectors with no such shape (all of whose
+components it codes), and keep its codes in step with edits. Its int8 scan must compute what
+integer arithmetic does, and its hand-written ONNX graph be the one onnx's helpers build.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _exact(vectors: np.ndarray, ids: np.ndarray, query: np.ndarray, k: int) -> l
 def test_prefilter_returns_the_exact_top_k_with_exact_scores() -> None:
     vectors = _embedding_like(3000, seed=1)
     index = _index(vectors, exact_up_to=1000)
-    assert index.projection is not None and index.reduced is not None
-    assert index.projection.basis.shape[1] <= DIM // 2
+    assert index.projection is not None and index.codes is not None
+    assert index.projection.basis is not None and index.projection.dims <= DIM // 2
     assert index.rows is not None and index.columns is None  # gathered by row when prefiltering
     queries = _embedding_like(100, seed=2)
     same = 0
@@ -62,17 +63,18 @@ def test_prefilter_returns_the_exact_top_k_with_exact_scores() -> None:
     assert same >= 98
 
 
-def test_no_prefilter_below_the_threshold_or_without_a_dominant_subspace() -> None:
+def test_exact_below_the_threshold_and_every_component_coded_without_a_dominant_subspace() -> None:
     small = _index(_embedding_like(900, seed=3), exact_up_to=1000)
     assert small.projection is None and small.columns is not None
     isotropic = _unit(np.random.default_rng(4).standard_normal((3000, DIM)))
     index = _index(isotropic, exact_up_to=1000)
-    assert index.projection is None and index.reduced is None  # would need most components
-    query = isotropic[7]
-    assert [i for i, _ in index.search(query, 10)] == _exact(isotropic, index.ids, query, 10)
+    assert index.projection is not None and index.codes is not None
+    assert index.projection.basis is None and index.codes.values.shape == (DIM, 3000)  # no subspace to keep
+    for query in _unit(np.random.default_rng(5).standard_normal((50, DIM))):
+        assert [i for i, _ in index.search(query, 10)] == _exact(isotropic, index.ids, query, 10)
 
 
-def test_edits_keep_the_reduced_matrix_in_step() -> None:
+def test_edits_keep_the_codes_in_step() -> None:
     vectors = _embedding_like(3000, seed=5)
     index = _index(vectors, exact_up_to=1000)
     projection = index.projection
@@ -82,8 +84,9 @@ def test_edits_keep_the_reduced_matrix_in_step() -> None:
     added = _embedding_like(500, seed=6)
     edited = index.replaced(keep, np.arange(5000, 5500), added)
     assert edited.projection is projection  # not refitted: the index has not doubled
-    assert edited.reduced is not None
-    np.testing.assert_allclose(edited.reduced, projection.reduce(edited.vectors()), atol=1e-5)
+    assert edited.codes is not None
+    again = projection.encode(edited.vectors())
+    assert np.array_equal(edited.codes.values, again.values) and np.array_equal(edited.codes.offsets, again.offsets)
     assert len(edited.ids) == 2500 and list(edited.ids[-500:]) == list(range(5000, 5500))
     all_vectors = np.concatenate([vectors[keep], added])
     for query in _embedding_like(20, seed=7):
