@@ -3,15 +3,15 @@
 A `Projection` centres the vectors, keeps their leading principal components when a few hold
 `PREFILTER_VARIANCE` of the variance (all components otherwise), and codes each component in int8
 with its own step. `Codes.scores` rates every coded vector against a query in one call of
-onnxruntime's `MatMulInteger` (uint8 query x int8 codes, VNNI where the CPU has it) on one thread,
-so the keyword side of a hybrid query keeps the other core.
+onnxruntime's `MatMulInteger` (uint8 query x int8 codes) on one thread, so the keyword side of a
+hybrid query keeps the other core.
 
 Why int8: the first pass reads every vector and is bound by memory bandwidth. At 929k vectors on
 129 components the float32 matrix is 480 MB and numpy's scan took 15 ms on two threads; its int8
 code is 120 MB and takes 5 ms on one. The code's error is about 1% of a score's spread (a step is
-1/127 of a component's largest value in the fit sample), far below what the dropped components
-already cost, and only the order of the first pass depends on it: its best candidates are scored
-again from the float32 vectors (memory.stores.vector_index).
+1/127 of a component's largest value in the fit sample, the query's 1/63 of its largest), far
+below what the dropped components already cost, and only the order of the first pass depends on
+it: its best candidates are scored again from the float32 vectors (memory.stores.vector_index).
 """
 
 from __future__ import annotations
@@ -32,8 +32,13 @@ library's 58k real MiniLM vectors that is 129 of 384, and the top 10 equalled th
 519 of 519 queries (518 at 80%, 508 at 70%: docs/search.md)."""
 FIT_SAMPLE = 20_000  # vectors the components are computed from: 0.1 s, and as good as all of them
 ENCODE_BLOCK = 32_768  # vectors coded at a time: no float copy of a million of them
-LEVELS = 127  # int8 codes run from -127 to 127
-QUERY_OFFSET = 128  # the query goes as uint8 (code + 128): the kernel's fast path is uint8 x int8
+LEVELS = 127  # the vectors' int8 codes run from -127 to 127
+QUERY_LEVELS = 63
+QUERY_OFFSET = 64
+"""The query goes as uint8 (uint8 x int8 is the kernel's fast path), its code plus 64: 1 to 127.
+CPUs without VNNI multiply with `vpmaddubsw`, which sums two products in int16 and saturates past
+32,767; with the query below 128 two products stay within 2 x 127 x 127 = 32,258, so the scan is
+exact on every CPU."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +120,7 @@ class Projection:
         are step x code, so the query carries the steps."""
         weights = (vector if self.basis is None else vector @ self.basis) * self.step
         largest = float(np.abs(weights).max())
-        coded = np.rint(weights * (LEVELS / largest)) if largest > 0 else np.zeros(self.dims)
+        coded = np.rint(weights * (QUERY_LEVELS / largest)) if largest > 0 else np.zeros(self.dims)
         return (coded + QUERY_OFFSET).astype(np.uint8)
 
 

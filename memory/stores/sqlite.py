@@ -408,7 +408,7 @@ class SQLiteStore:
 
     def dense_index(self) -> VectorIndex:
         """The vectors dense search scans now (a snapshot: never changed once returned), e.g. to
-        report whether it prefilters on principal components."""
+        report whether it prefilters and on how many components."""
         self._refresh_vectors()
         return self._vectors
 

@@ -10,7 +10,7 @@ import onnx.checker
 import onnx.helper
 import pytest
 
-from memory.stores.prefilter import LEVELS, Codes, Projection, scan_graph
+from memory.stores.prefilter import LEVELS, QUERY_LEVELS, QUERY_OFFSET, Codes, Projection, scan_graph
 
 DIM = 48
 
@@ -37,16 +37,19 @@ def test_the_scan_graph_is_what_onnx_builds() -> None:
 def test_the_scan_computes_integer_dot_products_minus_the_query_offset() -> None:
     rng = np.random.default_rng(0)
     values = rng.integers(-LEVELS, LEVELS + 1, (DIM, 5000), dtype=np.int8)
+    values[:, :2] = LEVELS  # the largest products, where an int16 sum would saturate
     codes = Codes.of(values)
-    signed = rng.integers(-LEVELS, LEVELS + 1, DIM)
+    signed = rng.integers(-QUERY_LEVELS, QUERY_LEVELS + 1, DIM)
+    signed[:2] = QUERY_LEVELS
     expected = signed @ values.astype(np.int64)
-    assert np.array_equal(codes.scores((signed + 128).astype(np.uint8)), expected)
+    query = (signed + QUERY_OFFSET).astype(np.uint8)
+    assert np.array_equal(codes.scores(query), expected)
     # Taking columns and appending others keeps each column's offset with it.
     kept = np.arange(0, 5000, 3)
     extra = Codes.of(rng.integers(-LEVELS, LEVELS + 1, (DIM, 7), dtype=np.int8))
     both = codes.taken(kept).extended(extra)
     wanted = np.concatenate([expected[kept], signed @ extra.values.astype(np.int64)])
-    assert np.array_equal(both.scores((signed + 128).astype(np.uint8)), wanted)
+    assert np.array_equal(both.scores(query), wanted)
 
 
 @pytest.mark.parametrize("spectrum", ["embedding-like", "flat"])
@@ -73,4 +76,5 @@ def test_a_value_beyond_the_fitted_range_is_clipped_not_wrapped() -> None:
     far = (projection.mean + 50)[:, None]  # ~50 standard deviations out on every component
     assert projection.encode(far).values[:, 0].tolist() == [LEVELS] * DIM
     assert projection.encode(-far + 2 * projection.mean[:, None]).values[:, 0].tolist() == [-LEVELS] * DIM
-    assert projection.query(np.zeros(DIM, np.float32)).tolist() == [128] * DIM  # a zero query scores all alike
+    assert projection.query(np.zeros(DIM, np.float32)).tolist() == [QUERY_OFFSET] * DIM  # scores all alike
+    assert set(projection.query(np.ones(DIM, np.float32)).tolist()) <= set(range(1, 128))  # below 128: see QUERY_OFFSET
