@@ -1,4 +1,4 @@
-"""The SQLite store's in-memory vectors: one matrix per process, scored with numpy.
+"""The SQLite store's in-memory vectors: one matrix per process, scored with numpy after an int8 first pass.
 
 Up to `EXACT_UP_TO` vectors every query scores every vector. Above it a query first gives every
 vector a rough score from its int8 code (on its leading principal components where a few hold most
