@@ -128,9 +128,9 @@ def _throughput(embed: Callable[[list[str]], FloatArray], texts: list[str]) -> t
 
 
 def _dense_figures(svc: MemoryService, model: OnnxMiniLM, queries: list[str], index_path: Path) -> dict[str, Any]:
-    """How dense search ran and how often the prefilter's top 10 was the exact
-    scan's (ids and order) for the benchmark's queries, and the two's latency side by side (dense
-    search alone, query embedding excluded, the two interleaved)."""
+    """How dense search ran and how often the prefilter's top 10 was the exact scan's (ids and
+    order) for the benchmark's queries, and the two's latency side by side (dense search alone,
+    query embedding excluded, the two interleaved)."""
     assert isinstance(svc.store, SQLiteStore)
     svc.store.vector_search(model.embed_query("warm up"), 10, Filters())
     index = svc.store.dense_index()

@@ -53,9 +53,6 @@ class Codes:
     def of(cls, values: Int8Matrix) -> Codes:
         return cls(values, QUERY_OFFSET * values.sum(axis=0, dtype=np.int32))
 
-    def __len__(self) -> int:
-        return self.values.shape[1]
-
     def taken(self, kept: npt.NDArray[np.intp]) -> Codes:
         return Codes(np.ascontiguousarray(self.values[:, kept]), self.offsets[kept])
 

@@ -2,8 +2,8 @@
 
 The prefilter must give what the exact scan gives on vectors shaped like real embeddings (most of
 the variance in a few directions, which it keeps) and on vectors with no such shape (all of whose
-components it codes), and keep its codes in step with edits. Its int8 scan must compute what
-integer arithmetic does, and its hand-written ONNX graph be the one onnx's helpers build.
+components it codes), and keep its codes in step with edits (the codes themselves:
+test_prefilter.py).
 """
 
 from __future__ import annotations
