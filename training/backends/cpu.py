@@ -452,14 +452,19 @@ def scored_log_softmax(
     return positions, torch.log_softmax(logits, dim=-1)
 
 
+def next_token_logprobs(logp: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The logprob of token t+1 of `ids` at each of `positions` t, from their log-distributions."""
+    if positions.numel() == 0:
+        return torch.zeros(0)
+    return torch.gather(logp, 1, ids[positions + 1].unsqueeze(1)).squeeze(1)
+
+
 def scored_logprobs(
     model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions t, logprob of token t+1 at t) for every token t+1 that `scored` marks."""
     positions, logp = scored_log_softmax(model, ids, scored, position_ids)
-    if positions.numel() == 0:
-        return positions, torch.zeros(0)
-    return positions, torch.gather(logp, 1, ids[positions + 1].unsqueeze(1)).squeeze(1)
+    return positions, next_token_logprobs(logp, ids, positions)
 
 
 def completion_logprob(model: Any, ids: list[int], labels: list[int]) -> torch.Tensor:
@@ -649,7 +654,7 @@ class CpuBackend:
         for ids, labels in rows:
             tokens, scored = torch.tensor(ids), torch.tensor(labels) != -100
             positions, logp = scored_log_softmax(self.model, tokens, scored)
-            loss = -torch.gather(logp, 1, tokens[positions + 1].unsqueeze(1)).sum() / scored_total
+            loss = -next_token_logprobs(logp, tokens, positions).sum() / scored_total
             loss_sum += float(loss.detach())
             if coef > 0:
                 # Forward KL(base || policy) over the whole vocabulary at each trained position: the
