@@ -290,24 +290,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runner = SandboxRunner()
         evaluator = Evaluator(runner, args.max_tokens, args.eval_batch)
 
-        def sampled() -> dict[str, Any]:
-            """The held-out sets' pass@1 estimated from `--samples` drawn answers per problem."""
-            found = {
-                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks, args.samples, args.eval_temperature),
-                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval, args.samples, args.eval_temperature),
-            }
-            log({k: f"{v['pass_at_1']:.3f}" for k, v in found.items()})
-            return found
+        def evaluate(when: str) -> None:
+            """report[when]: greedy pass@1 on the three sets; with `--samples`, report[when_sampled]:
+            the held-out sets' pass@1 estimated from that many drawn answers per problem."""
+            sets = {"shipkit_heldout": heldout_tasks, "shipkit_train": train_tasks, "humaneval_heldout": humaneval}
+            report[when] = {name: evaluator.pass_at_1(backend, problems) for name, problems in sets.items()}
+            log(report[when])
+            if args.samples:
+                found = {
+                    name: evaluator.pass_at_1(backend, sets[name], args.samples, args.eval_temperature)
+                    for name in ("shipkit_heldout", "humaneval_heldout")
+                }
+                log({k: f"{v['pass_at_1']:.3f}" for k, v in found.items()})
+                report[f"{when}_sampled"] = found
 
         try:
-            report["before"] = {
-                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks),
-                "shipkit_train": evaluator.pass_at_1(backend, train_tasks),
-                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval),
-            }
-            log(report["before"])
-            if args.samples:
-                report["before_sampled"] = sampled()
+            evaluate("before")
 
             # Rehearsal: the base model's own verified answers to general problems (HumanEval's
             # train split, never its held-out one) go into SFT beside the project's episodes, so
@@ -395,14 +393,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             if overlap:
                 raise SystemExit(f"held-out tasks were trained on: {overlap}")
-            report["after"] = {
-                "shipkit_heldout": evaluator.pass_at_1(backend, heldout_tasks),
-                "shipkit_train": evaluator.pass_at_1(backend, train_tasks),
-                "humaneval_heldout": evaluator.pass_at_1(backend, humaneval),
-            }
-            log(report["after"])
-            if args.samples:
-                report["after_sampled"] = sampled()
+            evaluate("after")
         finally:
             runner.close()
             backend.close()
