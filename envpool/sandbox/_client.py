@@ -84,6 +84,14 @@ MEMORY_HINTS = (
 )
 
 
+NO_MEMORY_GROUP = (
+    "no memory group of its own held the run (not root, no cgroup v1 memory controller, or "
+    "unsafe-local), so memory_mb capped the address space of each of its processes (data segments "
+    "for node), not the memory it holds: threaded programs reserve far more than they use"
+)
+"""Why such a run hit `memory_mb` early (docs/sandbox.md, Limits): its result's detail, and a log line."""
+
+
 def classify(exit_code: int | None, stderr: str) -> RunStatus:
     """The status of a run the server did not end itself, from its exit and its stderr's tail."""
     if exit_code == 0:
@@ -96,9 +104,10 @@ def classify(exit_code: int | None, stderr: str) -> RunStatus:
     return RunStatus.MEMORY_LIMIT if memory else RunStatus.ERROR
 
 
-def run_result(reply: dict[str, Any], body: bytes, limit: int) -> RunResult:
+def run_result(reply: dict[str, Any], body: bytes, request: RunRequest) -> RunResult:
     """A `RunResult` from the server's answer: its header and the raw stdout and stderr after it,
-    each cut at `limit` bytes by the server (`cut` says which)."""
+    each cut at the request's `max_output_bytes` by the server (`cut` says which)."""
+    limit = request.max_output_bytes
     if reply.get("status") == RunStatus.SANDBOX_ERROR:
         return RunResult(status=RunStatus.SANDBOX_ERROR, exit_code=None, detail=str(reply.get("detail", "")))
     sizes = (int(reply["stdout"]), int(reply["stderr"]))
@@ -114,7 +123,9 @@ def run_result(reply: dict[str, Any], body: bytes, limit: int) -> RunResult:
         detail = "CPU-time limit"
     if reply.get("oom") and status in (RunStatus.KILLED, RunStatus.ERROR):
         status = RunStatus.MEMORY_LIMIT
-        detail = "the run's memory (all its processes, files and shared memory) hit its limit"
+        detail = f"the run's memory (all its processes, files and shared memory) hit memory_mb={request.memory_mb}"
+    elif status is RunStatus.MEMORY_LIMIT and reply.get("memory") == "rlimit":
+        detail = f"the address-space limit memory_mb={request.memory_mb}: {NO_MEMORY_GROUP}"
     return RunResult(
         status=status,
         exit_code=exit_code,
@@ -143,6 +154,9 @@ class ServerProcess:
     _cancel_sent: bool = field(default=False, repr=False)
     isolation: str = ""
     """What the server says keeps its runs apart (its greeting): "per-run namespaces", or why not."""
+    memory: str = ""
+    """What held the last run to its `memory_mb`: "group" (its own memory group) or "rlimit"
+    (an address-space cap, where the server could not give it a group)."""
 
     def start(self) -> None:
         argv, pass_fds = list(self.argv), tuple[int, ...]()
@@ -200,7 +214,8 @@ class ServerProcess:
             raise ServerDied(f"{self.label}: {exc}") from exc
         self.state = ServerState.IDLE
         reply.setdefault("duration_ms", (time.monotonic() - t0) * 1000)
-        return run_result(reply, body, request.max_output_bytes)
+        self.memory = str(reply.get("memory", ""))
+        return run_result(reply, body, request)
 
     def _write(self, data: bytes) -> None:
         assert self.proc is not None and self.proc.stdin is not None

@@ -2,12 +2,14 @@
 
 Per-run rlimits cap each process, not their sum: 64 processes x 512 MB of address space each would
 still be 32 GB. So every fork-server (and everything it forks) also lives in its own cgroup with a
-memory and a pids ceiling. The launcher joins it before exec'ing bwrap (`wrap`), so the whole tree
-starts inside; groups are reused by later servers of the same sandbox (fresh-per-run mode would
-otherwise pay ~10-20 ms per run to make one), so warm runs pay nothing for it; after a
-failed run the host reads the cgroup's OOM-kill counter to report `memory_limit` instead of
-`killed`. Platform facts: this machine has cgroup v1 (v2 has no controllers); if the controllers
-are missing or we are not root, servers run without this layer (logged once).
+memory and a pids ceiling, and each of its run slots has a memory group inside it that holds a run
+to its `memory_mb` (then no address-space rlimit applies: forkserver.py). The launcher joins it
+before exec'ing bwrap (`wrap`), so the whole tree starts inside; groups are reused by later servers
+of the same sandbox (fresh-per-run mode would otherwise pay ~10-20 ms per run to make one), so warm
+runs pay nothing for it; after a failed run the host reads the cgroup's OOM-kill counter to report
+`memory_limit` instead of `killed`. Platform facts: this machine has cgroup v1 (v2 has no
+controllers); if the controllers are missing or we are not root, servers run without this layer
+(logged once).
 """
 
 from __future__ import annotations

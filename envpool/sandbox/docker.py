@@ -39,7 +39,7 @@ DEFAULT_IMAGE = "rlide-sandbox:bookworm-2"
 class DockerConfig(PythonSites):
     image: str = field(default_factory=lambda: os.environ.get("RLIDE_DOCKER_IMAGE", DEFAULT_IMAGE))
     python: str = "python3"
-    memory_mb: int = 2048  # whole-container cap (cgroup); each run also has its own rlimit
+    memory_mb: int = 2048  # whole-container cap (cgroup); as root each run also has its own memory group
     pids: int = 512
     workspace_mb: int = 256
     fresh: bool = False

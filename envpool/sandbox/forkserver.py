@@ -29,8 +29,11 @@ What keeps runs apart from each other (one server serves many runs, from any epi
   workspace itself go away with the run's last process, whole: nothing is walked or deleted by the
   server, and no run can see another's workspace.
 - **Memory per run**: with a cgroup (`--cgroup`), each slot has a memory group of its own whose
-  limit is the run's `memory_mb`, so pages a run holds outside its address-space limit (a memfd,
-  shared memory, its tmpfs files) count against that run, not the server.
+  limit (RAM and swap) is the run's `memory_mb`: what the run holds in all its processes, memfds,
+  shared memory and tmpfs files counts against that run, not the server, and its address space is
+  left alone (threads reserve far more than they touch). Where the server cannot hold a run to its
+  limit that way (no group, or the limit could not be set), the child caps its address space
+  (data segments for node) at `memory_mb` instead, and the answer says which (`memory`).
 - **No job in inherited memory**: the server never decodes a job. Its bytes, and the run's output,
   pass through buffers marked `MADV_DONTFORK`, which a child forked later (or during the run) does
   not have at all; the child reads its own job from its control pipe. stdin reaches the program as a
@@ -265,6 +268,9 @@ class Spare:
 
 STATUS_FD = 4
 EXIT_CODE = struct.Struct(">i")
+# The byte before a job on a child's control pipe: whether its slot's memory group holds the run to
+# `memory_mb` (see `Server.hold_memory`), or the child must cap its address space itself.
+MEMORY_GROUP, MEMORY_RLIMIT = b"g", b"r"
 
 
 class PythonProgram:
@@ -410,6 +416,8 @@ class Server:
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",
+            # rlide's trusted pytest runner, beside its plugin (a judged test run starts there).
+            "RLIDE_RUNNER": os.path.join(plugins, "rlide_run.py"),
         }
         if "LD_LIBRARY_PATH" in os.environ:  # set by bwrap for a shared-libpython interpreter
             env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
@@ -457,7 +465,9 @@ class Server:
                 check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.filter_ref, 0, 0), "seccomp")
             program = self.python
             env = program.enter(spare.ws)
+            grouped = bytearray(1)
             try:
+                read_into(3, memoryview(grouped))
                 req = read_frame(3, MAX_PAYLOAD)
             except EOFError:  # the server is shutting down: this spare was never used
                 code = 0
@@ -471,19 +481,26 @@ class Server:
                 os.lseek(fd, 0, os.SEEK_SET)
                 os.dup2(fd, 0)
                 os.close(fd)
-            mem = int(req["memory_mb"]) << 20
             cpu = max(1, int(float(req.get("cpu_s") or req["timeout_s"]) + 0.999))
             fsize = int(req["max_file_mb"]) << 20
             lang = req["language"]
-            # V8 reserves far more address space than it uses: cap data segments for node instead.
-            mem_limit = resource.RLIMIT_DATA if lang == "node" else resource.RLIMIT_AS
             limits = [
-                (mem_limit, mem),
                 (resource.RLIMIT_CPU, cpu, cpu + 1),
                 (resource.RLIMIT_FSIZE, fsize),
                 (resource.RLIMIT_CORE, 0),
                 (resource.RLIMIT_NOFILE, 1024),
             ]
+            # Held by its memory group, a run gets no address-space cap at all, not even a generous
+            # one: reserving address space costs nothing until it is touched, and what is touched
+            # (pages, and the page tables and kernel objects behind them) is charged to the group.
+            # A bound would only break programs that reserve much and use little (each thread's
+            # stack and 64 MiB malloc arena, V8's cages, wasm memories) and protect nothing more.
+            if grouped != MEMORY_GROUP:
+                # Nothing holds the run to memory_mb: cap what each process may map instead, which
+                # threaded code can hit long before it holds that much. V8 reserves far more
+                # address space than it uses: cap data segments for node.
+                mem_limit = resource.RLIMIT_DATA if lang == "node" else resource.RLIMIT_AS
+                limits.append((mem_limit, int(req["memory_mb"]) << 20))
             if self.sweep_mode == "uid":  # NPROC counts per uid: only meaningful with our own uid
                 limits.append((resource.RLIMIT_NPROC, int(req["max_processes"])))
             for lim in limits:
@@ -741,12 +758,12 @@ class Server:
         spare = self.spares.popleft() if self.spares else self.fork_spare()
         t0 = time.monotonic()
         try:
-            self.dispatch(spare, req)
+            memory = self.dispatch(spare, req)
         except BrokenPipeError:  # the spare died while it waited (nothing ran): use a fresh one
             self.discard(spare)
             spare = self.fork_spare()
             t0 = time.monotonic()
-            self.dispatch(spare, req)
+            memory = self.dispatch(spare, req)
         if self.back_to_back and self.sweep_mode == "uid" and not self.once:
             # The next requests will likely come as soon as this one is answered: fork their
             # children while this run's program runs, one per other slot (a child takes ~1 ms to
@@ -759,7 +776,7 @@ class Server:
             # a waiting child, so the next one is forked after the sweep.
             self.refill(len(self.uids) - 1)
         try:
-            return self.supervise(req, spare, t0)
+            return self.supervise(req, spare, t0, memory)
         finally:
             if spare.ws != self.ws_root:
                 self.finished.append(spare.ws)
@@ -812,23 +829,45 @@ class Server:
         except BlockingIOError:
             return False
 
-    def dispatch(self, spare: Spare, req: Json) -> None:
-        self.wait_exiting(spare.slot if self.sweep_mode == "uid" else None)
-        limit = int(req["memory_mb"]) << 20
-        if self.cgroup and self.memory_limits.get(spare.slot) != limit:
-            # What the run holds in all its processes, its tmpfs, memfds and shared memory.
-            with contextlib.suppress(OSError):
-                fd = os.open(self.slot_file(spare.slot, "memory.limit_in_bytes"), os.O_WRONLY)
+    def hold_memory(self, slot: int, limit: int) -> bool:
+        """Set the slot's memory group to hold its next run to `limit` bytes, RAM and swap together:
+        what the run holds in all its processes, its tmpfs, memfds and shared memory. Whether it
+        does: without a group, or where the kernel refused the limit (below what the group holds
+        now), the run's child caps its address space instead."""
+        if not self.cgroup:
+            return False
+        if self.memory_limits.get(slot) == limit:
+            return True
+        self.memory_limits.pop(slot, None)
+        writes = [("memory.limit_in_bytes", limit)]
+        memsw = "memory.memsw.limit_in_bytes"  # RAM + swap; absent where the kernel does not account swap
+        if os.path.exists(self.slot_file(slot, memsw)):
+            # It may never be below RAM alone: lifted first, whatever the group had before, so that
+            # no order of earlier limits makes a write fail.
+            writes = [(memsw, -1), *writes, (memsw, limit)]
+        try:
+            for name, value in writes:
+                fd = os.open(self.slot_file(slot, name), os.O_WRONLY)
                 try:
-                    os.write(fd, str(limit).encode())
-                    self.memory_limits[spare.slot] = limit
+                    os.write(fd, str(value).encode())
                 finally:
                     os.close(fd)
-        self.ran_out_of_memory(spare.slot)  # an OOM of an earlier run, noticed late, is not this run's
-        write_all(spare.control, self.job.view[: HEADER.size + self.job_size])
-        os.close(spare.control)
+        except OSError:
+            return False
+        self.memory_limits[slot] = limit
+        return True
 
-    def supervise(self, req: Json, spare: Spare, t0: float) -> tuple[Json, list[memoryview]]:
+    def dispatch(self, spare: Spare, req: Json) -> str:
+        """Hand the spare its job; returns what holds the run's memory: "group" or "rlimit"."""
+        self.wait_exiting(spare.slot if self.sweep_mode == "uid" else None)
+        grouped = self.hold_memory(spare.slot, int(req["memory_mb"]) << 20)
+        self.ran_out_of_memory(spare.slot)  # an OOM of an earlier run, noticed late, is not this run's
+        flag = MEMORY_GROUP if grouped else MEMORY_RLIMIT
+        write_all(spare.control, flag, self.job.view[: HEADER.size + self.job_size])
+        os.close(spare.control)
+        return "group" if grouped else "rlimit"
+
+    def supervise(self, req: Json, spare: Spare, t0: float, memory: str) -> tuple[Json, list[memoryview]]:
         pid, out_r, err_r = spare.pid, spare.stdout, spare.stderr
         limit = int(req["max_output_bytes"])
         deadline = t0 + float(req["timeout_s"])
@@ -917,6 +956,7 @@ class Server:
             "stderr": len(streams[1].kept),
             "cut": [stream.over for stream in streams],
             "oom": self.ran_out_of_memory(spare.slot),
+            "memory": memory,
         }
         return answer, [stream.kept for stream in streams]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from envpool.sandbox._client import ServerDied, ServerProcess, sandbox_error
+from envpool.sandbox._client import NO_MEMORY_GROUP, ServerDied, ServerProcess, sandbox_error
 from envpool.sandbox.base import CancelToken, RunRequest, RunResult, RunStatus, SandboxError
 from envpool.sandbox.cgroups import ServerCgroup, cleanup_stale, create_server_cgroup
 from envpool.sandbox.uids import RUN_SLOTS, NoFreeUid, UidLease, lease_uid
@@ -43,6 +43,7 @@ class PooledForkServerSandbox:
         self.drop_uid = drop_uid
         self.isolate = isolate  # each run in namespaces of its own (forkserver.py --isolate)
         self._isolation_warned = False
+        self._memory_warned = False
         self.cgroup_limits = cgroup_limits  # (memory MB, pids) around each server, if cgroups work
         # False where the server is not our launcher's child (docker): its group then only holds
         # the run groups, which the server moves each run's child into itself.
@@ -115,6 +116,13 @@ class PooledForkServerSandbox:
             self._isolation_warned = True
             log.warning("sandbox.no_run_isolation", backend=self.name, detail=server.isolation)
 
+    def _check_memory(self, server: ServerProcess) -> None:
+        """Log once when runs are held to `memory_mb` by an address-space cap instead of a memory
+        group: threaded programs then fail long before they hold that much."""
+        if server.memory == "rlimit" and not self._memory_warned:
+            self._memory_warned = True
+            log.warning("sandbox.memory_by_address_space", backend=self.name, detail=NO_MEMORY_GROUP)
+
     def _retire(self, pooled: PooledServer) -> None:
         pooled.server.kill()
         for lease in pooled.leases:
@@ -148,6 +156,7 @@ class PooledForkServerSandbox:
                 self._retire(pooled)
             return sandbox_error(self.name, f"sandbox server failed: {exc}", started)
         result.backend = self.name
+        self._check_memory(pooled.server)
         if (
             pooled.cgroup is not None
             and result.status in (RunStatus.KILLED, RunStatus.ERROR)
