@@ -286,6 +286,35 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX episodes_task ON episodes (task)",
         ),
     ),
+    # The verifier comes from the project, not from the agent's first run: its state (pending until
+    # rlide ran the start state itself, then established or unavailable, with why), the project's
+    # test configuration (JSON), the commit its test files come from, a fingerprint of the project's
+    # virtualenv, whether the end state waits to be verified, and that verification's verdict (JSON).
+    # And the monitor's flags on an episode's change, which a person clears.
+    Migration(
+        "0014_project_verifiers",
+        (
+            "ALTER TABLE verifiers ADD COLUMN state TEXT",
+            "ALTER TABLE verifiers ADD COLUMN reason TEXT",
+            "ALTER TABLE verifiers ADD COLUMN project TEXT",
+            "ALTER TABLE verifiers ADD COLUMN commit_id TEXT",
+            "ALTER TABLE verifiers ADD COLUMN environment TEXT",
+            "ALTER TABLE verifiers ADD COLUMN end_requested INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE verifiers ADD COLUMN verdict TEXT",
+            """CREATE TABLE episode_flags (
+                id {id},
+                episode_id TEXT NOT NULL REFERENCES episodes (id) ON DELETE CASCADE,
+                kind TEXT NOT NULL,
+                path TEXT,
+                line INTEGER,
+                detail TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                cleared_at DOUBLE PRECISION,
+                cleared_by TEXT
+            )""",
+            "CREATE INDEX episode_flags_episode ON episode_flags (episode_id)",
+        ),
+    ),
 )
 
 

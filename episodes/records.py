@@ -34,9 +34,15 @@ class EpisodeSource(StrEnum):
 
 class RewardSource(StrEnum):
     tests = "tests"
+    """Evidence: rlide's run of the project's tests on the end state (verified)."""
     feedback = "feedback"
+    """Evidence: a person's rating (the dashboard, `rlide episodes rate`)."""
     judge = "judge"
     outcome = "outcome"
+    """A claim: how the agent says the episode ended."""
+    self_rating = "self_rating"
+    """A claim: an agent's rating of its own episode (`give_feedback`). Stored as an unverified
+    `feedback` row (the log's schema knows four sources); a component of its own when combined."""
 
 
 def utcnow() -> datetime:
@@ -74,6 +80,12 @@ class Episode(BaseModel):
         description="Reward in [-1, 1]: the weighted mean of its components (episodes.rewards); None without any.",
     )
     excluded: bool = Field(False, description="Excluded by a person: never exported, replayed or trained on.")
+    verified: bool = Field(
+        False,
+        description="Its reward has evidence beyond claims: a tests reward rlide's verifier measured, or a "
+        "person's rating. Without it, only its outcome and an agent's own rating speak for it: not trained on.",
+    )
+    flags: int = Field(0, description="Monitor flags no person has cleared yet: not trained on until cleared.")
 
 
 RECORDER_NOTES = frozenset({"commit", "repo", "changed"})
@@ -100,19 +112,74 @@ class Reward(BaseModel):
     value: float = Field(ge=-1.0, le=1.0)
     comment: str | None = None
     created_at: datetime
-    verified: bool = Field(False, description="A tests reward the episode's own verifier judged (fail-to-pass).")
+    verified: bool = Field(
+        False,
+        description="Evidence, not a claim: a tests reward the episode's own verifier measured (fail-to-pass), "
+        "or a person's rating (dashboard, CLI).",
+    )
+
+
+class VerifierState(StrEnum):
+    pending = "pending"
+    """The start state's run has not been made yet (or is running)."""
+    established = "established"
+    """FAIL_TO_PASS and PASS_TO_PASS are fixed from a complete run of the start state."""
+    unavailable = "unavailable"
+    """No verifier: no test configuration, no failing test at the start, or the start state's run
+    crashed or hit a limit (`reason` says which)."""
+
+
+class VerifierVerdict(BaseModel):
+    """rlide's own run of the verifier on an episode's end state."""
+
+    reward: float | None = Field(description="The verified tests reward it gave; None when it could not judge.")
+    line: str = Field(description="What happened, for people and the agent.")
+    still_failing: list[str] = Field(default_factory=list, description="FAIL_TO_PASS tests that do not pass.")
+    broken: list[str] = Field(default_factory=list, description="PASS_TO_PASS tests that no longer pass.")
+    authored_tests: list[str] = Field(
+        default_factory=list, description="Test files the agent added or changed: shown, never the judge."
+    )
+    checked_at: datetime
 
 
 class EpisodeVerifier(BaseModel):
-    """What an episode's tests reward is judged by: a test command, and the tests that failed on
-    its first failing run (FAIL_TO_PASS) and passed then (PASS_TO_PASS); None until that run."""
+    """What an episode's tests reward is judged by: the project's test command at the commit the
+    episode started at, and the tests that failed on a run of its start state (FAIL_TO_PASS) and
+    passed then (PASS_TO_PASS)."""
 
     command: str
     fail_to_pass: list[str] | None = None
     pass_to_pass: list[str] | None = None
-    trusted_files: dict[str, str] = Field(
-        default_factory=dict, description="Test and configuration files of that run: its later runs get them back."
+    trusted_files: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="The start commit's test files (None: must not exist): every judged run gets them back.",
     )
+    state: VerifierState = VerifierState.established
+    reason: str | None = Field(None, description="Why the verifier is unavailable, or who named it.")
+    project: dict[str, Any] | None = Field(
+        None, description="The project's test configuration (envpool.verifiers.project.ProjectTests as JSON)."
+    )
+    commit: str | None = Field(None, description="The commit its test files and configuration come from.")
+    environment: str | None = Field(
+        None, description="A fingerprint of the project's virtualenv at the start: a change is not trusted."
+    )
+    end_requested: bool = Field(False, description="The episode ended and its end state waits to be verified.")
+    verdict: VerifierVerdict | None = None
+
+
+class Flag(BaseModel):
+    """Something in an episode's change a person should look at before it is trained on (the monitor:
+    `envpool.verifiers.monitor`), or a reason not to trust its measurement."""
+
+    id: int
+    episode_id: str
+    kind: str
+    path: str | None = None
+    line: int | None = None
+    detail: str
+    created_at: datetime
+    cleared_at: datetime | None = None
+    cleared_by: str | None = None
 
 
 class StateKind(StrEnum):
@@ -144,6 +211,7 @@ class CurationAction(StrEnum):
     include = "include"
     rate = "rate"
     prefer = "prefer"
+    clear_flags = "clear_flags"
 
 
 class CurationEvent(BaseModel):
@@ -162,6 +230,7 @@ class EpisodeDetail(BaseModel):
     steps: list[Step]
     rewards: list[Reward]
     verifier: EpisodeVerifier | None = None
+    flags: list[Flag] = Field(default_factory=list, description="The monitor's flags, cleared or not.")
     solution: str | None = Field(
         None, description="The agent's work: the diff of the served workspace from its first state to its end state."
     )

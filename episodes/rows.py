@@ -20,7 +20,7 @@ import orjson
 from episodes.db import Cursor, Row
 from episodes.records import CurationAction, Episode, EpisodeSource, EpisodeStatus, RewardSource, from_epoch
 from episodes.redaction import redact_text
-from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, RewardWeights, combine
+from episodes.rewards import COMPONENTS, DEFAULT_WEIGHTS, EVIDENCE, RewardWeights, combine
 
 MAX_TEXT_CHARS = 4_000
 """Longest result summary, error or comment kept per row; the log is a record, not a file store."""
@@ -67,29 +67,50 @@ def json_text(value: Any) -> str:
 
 
 def latest_component(source: RewardSource) -> str:
-    """SQL for the latest value of one reward component of `episodes e` (a verified one for tests)."""
-    verified = " AND r.verified = 1" if source is RewardSource.tests else ""
+    """SQL for the latest value of one reward component of `episodes e`: a verified one for tests and
+    feedback (a measured run, a person's rating); a self rating is a feedback row an agent gave,
+    unverified (`give_feedback`)."""
+    stored, verified = {
+        RewardSource.tests: ("tests", " AND r.verified = 1"),
+        RewardSource.feedback: ("feedback", " AND r.verified = 1"),
+        RewardSource.self_rating: ("feedback", " AND r.verified = 0"),
+    }.get(source, (source.value, ""))
     return (
-        f"(SELECT r.value FROM rewards r WHERE r.episode_id = e.id AND r.source = '{source.value}'{verified}"
+        f"(SELECT r.value FROM rewards r WHERE r.episode_id = e.id AND r.source = '{stored}'{verified}"
         " ORDER BY r.id DESC LIMIT 1)"
     )
 
+
+VERIFIED = (
+    "EXISTS (SELECT 1 FROM rewards v WHERE v.episode_id = e.id AND v.verified = 1"
+    " AND v.source IN ('tests', 'feedback'))"
+)
+"""SQL over `episodes e`: its reward has evidence, not only claims (a measured tests reward, a person's rating)."""
+FLAGS = "(SELECT COUNT(*) FROM episode_flags f WHERE f.episode_id = e.id AND f.cleared_at IS NULL)"
+"""SQL over `episodes e`: the monitor's flags no person has cleared."""
+TRAINABLE = f"{VERIFIED} AND {FLAGS} = 0"
+"""SQL over `episodes e`: what training reads by default: verified, and nothing flagged left uncleared."""
 
 EPISODE_COLUMNS = (
     "e.id, e.task, e.workspace, e.client, e.source, e.status, e.summary, e.implicit, e.created_at, e.updated_at,"
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
     " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), e.excluded, "
     + ", ".join(latest_component(source) for source in COMPONENTS)
+    + f", {VERIFIED}, {FLAGS}"
 )
 """The SELECT list that `episode_from_row` reads, for a query over `episodes e`: the episode, its
-counts, whether it is excluded, and the latest value of each reward component (`episodes.rewards`)."""
+counts, whether it is excluded, the latest value of each reward component (`episodes.rewards`),
+whether it is verified and how many uncleared flags it has."""
+_COMPONENTS_AT = slice(14, 14 + len(COMPONENTS))
 
 
 def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Episode:
     created = from_epoch(row[8])
     updated = from_epoch(row[9])
     assert created is not None and updated is not None
-    components = {source: float(value) for source, value in zip(COMPONENTS, row[14:], strict=True) if value is not None}
+    values = row[_COMPONENTS_AT]
+    components = {source: float(value) for source, value in zip(COMPONENTS, values, strict=True) if value is not None}
+    verified, flags = row[_COMPONENTS_AT.stop], row[_COMPONENTS_AT.stop + 1]
     return Episode(
         id=row[0],
         task=row[1],
@@ -107,6 +128,8 @@ def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Epis
         reward_components=components,
         reward_total=combine(components, weights),
         excluded=bool(row[13]),
+        verified=bool(verified),
+        flags=int(flags),
     )
 
 
@@ -203,10 +226,18 @@ class EpisodeQuery:
 
 
 def reward_sql(weights: RewardWeights) -> str:
-    """`combine` in SQL: sum(w * v) / sum(w) over the components an episode has; NULL without any."""
+    """`combine` in SQL: sum(w * v) / sum(w) over the evidence components an episode has, else over
+    all its components; NULL without any."""
     terms = [(weights.of(source), latest_component(source)) for source in COMPONENTS if weights.of(source) > 0]
     if not terms:
         return "NULL"
-    numerator = " + ".join(f"{w!r} * COALESCE({v}, 0)" for w, v in terms)
-    denominator = " + ".join(f"(CASE WHEN {v} IS NULL THEN 0 ELSE {w!r} END)" for w, v in terms)
-    return f"(({numerator}) / NULLIF({denominator}, 0))"
+    evidence = [(w, v) for (w, v), source in zip(terms, [s for s in COMPONENTS if weights.of(s) > 0], strict=True)
+                if source in EVIDENCE]  # fmt: skip
+
+    def mean(chosen: list[tuple[float, str]]) -> tuple[str, str]:
+        numerator = " + ".join(f"{w!r} * COALESCE({v}, 0)" for w, v in chosen) or "0"
+        denominator = " + ".join(f"(CASE WHEN {v} IS NULL THEN 0 ELSE {w!r} END)" for w, v in chosen) or "0"
+        return numerator, denominator
+
+    (all_num, all_den), (ev_num, ev_den) = mean(terms), mean(evidence)
+    return f"(CASE WHEN ({ev_den}) > 0 THEN ({ev_num}) / ({ev_den}) ELSE ({all_num}) / NULLIF({all_den}, 0) END)"

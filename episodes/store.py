@@ -27,12 +27,16 @@ from episodes.records import (
     EpisodeSource,
     EpisodeStatus,
     EpisodeVerifier,
+    Flag,
     Reward,
     RewardSource,
     StateKind,
     Step,
+    VerifierState,
+    VerifierVerdict,
     WorkspaceState,
     at_epoch,
+    from_epoch,
 )
 from episodes.redaction import redact, redact_text
 from episodes.rewards import DEFAULT_WEIGHTS, OUTCOME_REWARD, RewardWeights
@@ -40,6 +44,7 @@ from episodes.rows import (
     EPISODE_COLUMNS,
     MAX_TASK_CHARS,
     MAX_TEXT_CHARS,
+    TRAINABLE,
     EpisodeQuery,
     check_author,
     clip_text,
@@ -116,17 +121,24 @@ def new_episode_id() -> str:
 
 
 class EpisodeStore:
-    def __init__(self, db: Database, weights: RewardWeights = DEFAULT_WEIGHTS) -> None:
+    def __init__(
+        self, db: Database, weights: RewardWeights = DEFAULT_WEIGHTS, *, train_unverified: bool = False
+    ) -> None:
         self.db = db
         self.weights = weights  # how an episode's reward components combine (episodes.rewards)
+        # Whether the readers training uses (`terminal_episodes`) also return episodes with only claims
+        # (no verified reward) or uncleared flags: off unless a person asks (`RLIDE_TRAIN_UNVERIFIED`).
+        self.train_unverified = train_unverified
         migrate(db)
         self.turns = PolicyTurns(db)
         self.runs = TrainingRuns(db, weights)
         self.preferences = HumanPreferences(self)
 
     @classmethod
-    def open(cls, url: str, weights: RewardWeights = DEFAULT_WEIGHTS) -> EpisodeStore:
-        return cls(connect(url), weights)
+    def open(
+        cls, url: str, weights: RewardWeights = DEFAULT_WEIGHTS, *, train_unverified: bool = False
+    ) -> EpisodeStore:
+        return cls(connect(url), weights, train_unverified=train_unverified)
 
     @property
     def url(self) -> str:
@@ -173,6 +185,15 @@ class EpisodeStore:
         if row is None:
             raise EpisodeNotFound(episode_id)
         return episode_from_row(row, self.weights)
+
+    def session_of(self, episode_id: str) -> str | None:
+        """The MCP session an episode was started in (None: the policy endpoint's, or the CLI's)."""
+        check_episode_id(episode_id)
+        with self.db.transaction(write=False) as cur:
+            row = cur.execute("SELECT session_key FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+        if row is None:
+            raise EpisodeNotFound(episode_id)
+        return None if row[0] is None else str(row[0])
 
     def end_episode(self, episode_id: str, status: EpisodeStatus, summary: str | None = None) -> Episode:
         if not status.is_terminal:
@@ -243,8 +264,8 @@ class EpisodeStore:
             ).fetchall()
         return [episode_from_row(row, self.weights) for row in rows]
 
-    def expire_idle(self, idle_seconds: float) -> int:
-        """Mark open episodes untouched for `idle_seconds` as timed out; return how many."""
+    def expire_idle(self, idle_seconds: float) -> list[str]:
+        """Mark open episodes untouched for `idle_seconds` as timed out; return their ids."""
         now = time.time()
         with self.db.transaction(write=True) as cur:
             stale = cur.execute(
@@ -255,7 +276,7 @@ class EpisodeStore:
                     "UPDATE episodes SET status = 'timeout', ended_at = ?, updated_at = ? WHERE id = ?",
                     (now, now, episode_id),
                 )
-        return len(stale)
+        return [episode_id for (episode_id,) in stale]
 
     # -- steps and rewards --------------------------------------------------------------------
 
@@ -318,6 +339,8 @@ class EpisodeStore:
         if not -1.0 <= value <= 1.0:
             raise ValueError(f"a reward is in [-1, 1], got {value}")
         check_episode_id(episode_id)
+        if source is RewardSource.self_rating:  # an agent's rating: stored as a feedback row that is no evidence
+            source, verified = RewardSource.feedback, False
         now = time.time()
         clipped = clip_text(comment)
         with self.db.transaction(write=True) as cur:
@@ -347,36 +370,78 @@ class EpisodeStore:
         curation history with its author (the dashboard's "rate", `rlide episodes rate`)."""
         who = check_author(author)
         return self.add_reward(
-            episode_id, RewardSource.feedback, value, comment, curation={"author": who, "comment": clip_text(comment)}
+            episode_id,
+            RewardSource.feedback,
+            value,
+            comment,
+            verified=True,  # a person's word is evidence; an agent's rating (give_feedback) is a claim
+            curation={"author": who, "comment": clip_text(comment)},
         )
 
     # -- verifiers ------------------------------------------------------------------------------
 
+    _VERIFIER_COLUMNS = (
+        "command, fail_to_pass, pass_to_pass, trusted_files, state, reason, project, commit_id, environment,"
+        " end_requested, verdict"
+    )
+
     def verifier(self, episode_id: str) -> EpisodeVerifier | None:
         with self.db.transaction(write=False) as cur:
             row = cur.execute(
-                "SELECT command, fail_to_pass, pass_to_pass, trusted_files FROM verifiers WHERE episode_id = ?",
-                (episode_id,),
+                f"SELECT {self._VERIFIER_COLUMNS} FROM verifiers WHERE episode_id = ?", (episode_id,)
             ).fetchone()
         if row is None:
             return None
+        fail_to_pass = None if row[1] is None else json.loads(row[1])
+        # A verifier from before the project's verifiers: established by its first failing run, or named.
+        state = (
+            VerifierState(row[4]) if row[4] else (VerifierState.established if fail_to_pass else VerifierState.pending)
+        )
         return EpisodeVerifier(
             command=row[0],
-            fail_to_pass=None if row[1] is None else json.loads(row[1]),
+            fail_to_pass=fail_to_pass,
             pass_to_pass=None if row[2] is None else json.loads(row[2]),
             trusted_files=json.loads(row[3] or "{}"),
+            state=state,
+            reason=row[5],
+            project=None if row[6] is None else json.loads(row[6]),
+            commit=row[7],
+            environment=row[8],
+            end_requested=bool(row[9]),
+            verdict=None if row[10] is None else VerifierVerdict.model_validate_json(row[10]),
         )
 
-    def name_verifier(self, episode_id: str, command: str) -> EpisodeVerifier:
-        """The episode's verifier command, unless it has one already (the one it has is returned)."""
+    def set_verifier(
+        self,
+        episode_id: str,
+        command: str,
+        *,
+        project: dict[str, Any] | None,
+        commit: str | None,
+        environment: str | None,
+        state: VerifierState = VerifierState.pending,
+        reason: str | None = None,
+    ) -> EpisodeVerifier:
+        """The project's verifier for an episode, pending until its start state has run (once: an
+        episode keeps the verifier it was given)."""
         check_episode_id(episode_id)
         with self.db.transaction(write=True) as cur:
             if cur.execute("SELECT 1 FROM episodes WHERE id = ?", (episode_id,)).fetchone() is None:
                 raise EpisodeNotFound(episode_id)
             if cur.execute("SELECT 1 FROM verifiers WHERE episode_id = ?", (episode_id,)).fetchone() is None:
                 cur.execute(
-                    "INSERT INTO verifiers (episode_id, command, created_at) VALUES (?, ?, ?)",
-                    (episode_id, command, time.time()),
+                    "INSERT INTO verifiers (episode_id, command, state, reason, project, commit_id, environment,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        episode_id,
+                        command,
+                        state.value,
+                        clip_text(reason),
+                        None if project is None else json_text(project),
+                        commit,
+                        environment,
+                        time.time(),
+                    ),
                 )
         found = self.verifier(episode_id)
         assert found is not None
@@ -385,30 +450,133 @@ class EpisodeStore:
     def establish_verifier(
         self,
         episode_id: str,
-        command: str,
         fail_to_pass: set[str],
         pass_to_pass: set[str],
-        trusted_files: dict[str, str],
+        trusted_files: dict[str, str | None],
+        project: dict[str, Any],
     ) -> EpisodeVerifier:
-        """Fix the episode's FAIL_TO_PASS and PASS_TO_PASS tests and its trusted files, once: on a
-        verifier named without them, or as a new verifier; one already established is returned
-        unchanged (secrets in the files redacted, as everything the log keeps)."""
-        self.name_verifier(episode_id, command)
+        """Fix a pending verifier's FAIL_TO_PASS and PASS_TO_PASS tests and its trusted files, from a
+        complete run of the start state (secrets in the files redacted, as everything the log keeps)."""
         with self.db.transaction(write=True) as cur:
             cur.execute(
-                "UPDATE verifiers SET fail_to_pass = ?, pass_to_pass = ?, trusted_files = ?"
-                " WHERE episode_id = ? AND command = ? AND fail_to_pass IS NULL",
+                "UPDATE verifiers SET fail_to_pass = ?, pass_to_pass = ?, trusted_files = ?, project = ?, state = ?,"
+                " reason = NULL WHERE episode_id = ? AND state = ?",
                 (
                     json.dumps(sorted(fail_to_pass)),
                     json.dumps(sorted(pass_to_pass)),
-                    json_text(redact(trusted_files)),
+                    json_text(trusted_files),  # digests, not texts
+                    json_text(project),
+                    VerifierState.established.value,
                     episode_id,
-                    command,
+                    VerifierState.pending.value,
                 ),
             )
         found = self.verifier(episode_id)
         assert found is not None
         return found
+
+    def verifier_unavailable(self, episode_id: str, reason: str) -> None:
+        """A pending verifier that cannot be established: no failing test, a crashed start state..."""
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE verifiers SET state = ?, reason = ? WHERE episode_id = ? AND state = ?",
+                (VerifierState.unavailable.value, clip_text(reason), episode_id, VerifierState.pending.value),
+            )
+
+    def request_end_verification(self, episode_id: str) -> bool:
+        """Mark the episode's end state as waiting for rlide's run of its verifier (kept across a crash:
+        `pending_verifications`); False when it has no verifier."""
+        with self.db.transaction(write=True) as cur:
+            row = cur.execute(
+                "UPDATE verifiers SET end_requested = 1 WHERE episode_id = ? RETURNING episode_id", (episode_id,)
+            ).fetchone()
+        return row is not None
+
+    def pending_verifications(self) -> list[str]:
+        """Episodes whose verifier or end state still waits for a run, oldest first: a server or worker
+        that stopped in the middle left them; the next one runs them."""
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT v.episode_id FROM verifiers v JOIN episodes e ON e.id = v.episode_id"
+                " WHERE v.state = ? OR (v.end_requested = 1 AND v.verdict IS NULL AND v.state = ?)"
+                " ORDER BY v.created_at",
+                (VerifierState.pending.value, VerifierState.established.value),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def record_verdict(self, episode_id: str, verdict: VerifierVerdict) -> None:
+        """rlide's verification of the end state: its verdict, and its reward as the episode's
+        verified tests reward (in one transaction)."""
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            cur.execute(
+                "UPDATE verifiers SET verdict = ? WHERE episode_id = ?",
+                (verdict.model_dump_json(), episode_id),
+            )
+            if verdict.reward is not None:
+                cur.execute(
+                    "INSERT INTO rewards (episode_id, source, value, comment, created_at, verified)"
+                    " VALUES (?, ?, ?, ?, ?, 1)",
+                    (episode_id, RewardSource.tests.value, float(verdict.reward), clip_text(verdict.line), now),
+                )
+            cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
+
+    # -- flags ----------------------------------------------------------------------------------
+
+    def add_flags(self, episode_id: str, flags: list[tuple[str, str | None, int | None, str]]) -> None:
+        """The monitor's findings on an episode's change: (kind, path, line, detail) each."""
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            for kind, path, line, detail in flags:
+                cur.execute(
+                    "INSERT INTO episode_flags (episode_id, kind, path, line, detail, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (episode_id, kind, clip_text(path), line, clip_text(detail), now),
+                )
+            if flags:
+                cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
+
+    def flags(self, episode_id: str) -> list[Flag]:
+        with self.db.transaction(write=False) as cur:
+            rows = cur.execute(
+                "SELECT id, kind, path, line, detail, created_at, cleared_at, cleared_by FROM episode_flags"
+                " WHERE episode_id = ? ORDER BY id",
+                (episode_id,),
+            ).fetchall()
+        return [
+            Flag(
+                id=int(r[0]),
+                episode_id=episode_id,
+                kind=r[1],
+                path=r[2],
+                line=r[3],
+                detail=r[4],
+                created_at=at_epoch(r[5]),
+                cleared_at=from_epoch(r[6]),
+                cleared_by=r[7],
+            )
+            for r in rows
+        ]
+
+    def clear_flags(self, episode_id: str, *, author: str, comment: str | None = None) -> int:
+        """A person looked at the flagged change and clears it for training; returns how many were
+        cleared (recorded in the curation history with its author)."""
+        who = check_author(author)
+        check_episode_id(episode_id)
+        now = time.time()
+        with self.db.transaction(write=True) as cur:
+            if cur.execute("SELECT 1 FROM episodes WHERE id = ?", (episode_id,)).fetchone() is None:
+                raise EpisodeNotFound(episode_id)
+            rows = cur.execute(
+                "UPDATE episode_flags SET cleared_at = ?, cleared_by = ? WHERE episode_id = ? AND cleared_at IS NULL"
+                " RETURNING id",
+                (now, who, episode_id),
+            ).fetchall()
+            if rows:
+                detail = {"author": who, "flags": len(rows), "comment": clip_text(comment)}
+                record_curation(cur, episode_id, CurationAction.clear_flags, detail)
+                cur.execute("UPDATE episodes SET updated_at = ? WHERE id = ?", (now, episode_id))
+        return len(rows)
 
     def detail(self, episode_id: str) -> EpisodeDetail:
         episode = self.get_episode(episode_id)
@@ -462,6 +630,7 @@ class EpisodeStore:
             steps=steps,
             rewards=rewards,
             verifier=self.verifier(episode_id),
+            flags=self.flags(episode_id),
             solution=blobs[solution[0]] if solution else None,
         )
 
@@ -556,7 +725,8 @@ class EpisodeStore:
 
     def relabel_episode(self, episode_id: str, status: EpisodeStatus, note: str | None = None) -> Episode:
         """Say how an ended episode really ended: its status, and an outcome reward to match (the
-        latest outcome is the one that counts)."""
+        latest outcome is the one that counts). A person says so: the same value is recorded as their
+        rating too (evidence, which the agent's claims never move)."""
         if status not in OUTCOME_REWARD:
             raise ValueError(f"relabel to one of {', '.join(s.value for s in OUTCOME_REWARD)}, not {status.value}")
         episode = self.get_episode(episode_id)
@@ -566,10 +736,12 @@ class EpisodeStore:
         now = time.time()
         with self.db.transaction(write=True) as cur:
             cur.execute("UPDATE episodes SET status = ?, updated_at = ? WHERE id = ?", (status.value, now, episode_id))
-            cur.execute(
-                "INSERT INTO rewards (episode_id, source, value, comment, created_at) VALUES (?, 'outcome', ?, ?, ?)",
-                (episode_id, OUTCOME_REWARD[status], comment, now),
-            )
+            for source, verified in ((RewardSource.outcome, 0), (RewardSource.feedback, 1)):
+                cur.execute(
+                    "INSERT INTO rewards (episode_id, source, value, comment, created_at, verified)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (episode_id, source.value, OUTCOME_REWARD[status], comment, now, verified),
+                )
             detail = {"from": episode.status.value, "to": status.value, "note": clip_text(note)}
             record_curation(cur, episode_id, CurationAction.relabel, detail)
         return self.get_episode(episode_id)
@@ -619,10 +791,17 @@ class EpisodeStore:
                 problems.append(f"{orphans[0]} steps belong to no episode")
         return problems
 
-    def terminal_episodes(self, *, source: EpisodeSource | None = None, batch: int = 500) -> list[Episode]:
+    def terminal_episodes(
+        self, *, source: EpisodeSource | None = None, verified_only: bool | None = None, batch: int = 500
+    ) -> list[Episode]:
         """Every ended episode not excluded by a person (oldest first), optionally of one source; what
-        exporters, replays and the worker read."""
+        exporters, replays and the worker read. With `verified_only` (by default: unless the store was
+        opened with `train_unverified`), only episodes with evidence (a measured tests reward or a
+        person's rating) and no uncleared flag: claims alone never become training data. Replays ask
+        for all: a replay is judged by rlide's own verifier, whatever the episode's reward."""
         where = "e.status <> 'open' AND e.excluded = 0" + (" AND e.source = ?" if source is not None else "")
+        if not self.train_unverified if verified_only is None else verified_only:
+            where += f" AND {TRAINABLE}"
         params: tuple[Any, ...] = (source.value,) if source is not None else ()
         out: list[Episode] = []
         offset = 0

@@ -192,23 +192,32 @@ class TrainingRuns:
 
     # -- SFT on external episodes: the run's cursor over the IDE's own successes --------------------
 
-    def sft_candidates(self, name: str, *, min_reward: float, limit: int) -> list[Episode]:
+    def sft_candidates(
+        self, name: str, *, min_reward: float, limit: int, include_unverified: bool = False
+    ) -> list[Episode]:
         """Up to `limit` external episodes ready for an SFT step of run `name`, oldest ended first."""
-        return self._sft_ready(name, min_reward)[:limit]
+        return self._sft_ready(name, min_reward, include_unverified)[:limit]
 
-    def sft_pending(self, name: str, *, min_reward: float) -> int:
-        return len(self._sft_ready(name, min_reward))
+    def sft_pending(self, name: str, *, min_reward: float, include_unverified: bool = False) -> int:
+        return len(self._sft_ready(name, min_reward, include_unverified))
 
-    def _sft_ready(self, name: str, min_reward: float) -> list[Episode]:
+    def _sft_ready(self, name: str, min_reward: float, include_unverified: bool) -> list[Episode]:
         """Successful, explicit episodes of the IDE's own model, not yet used by the run, whose reward
         (its components combined: `episodes.rewards`) reaches `min_reward`. Failed and aborted ones
-        never: imitating them teaches what not to do."""
+        never: imitating them teaches what not to do. Unless `include_unverified`, only verified ones
+        with no uncleared flag: a success the agent only claimed is not imitated."""
         with self.db.transaction(write=False) as cur:
             rows = cur.execute(
                 f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE {_SFT_READY} ORDER BY e.ended_at, e.id", (name,)
             ).fetchall()
         episodes = [episode_from_row(r, self.weights) for r in rows]
-        return [e for e in episodes if e.reward_total is not None and e.reward_total >= min_reward]
+        return [
+            e
+            for e in episodes
+            if e.reward_total is not None
+            and e.reward_total >= min_reward
+            and (include_unverified or (e.verified and e.flags == 0))
+        ]
 
     def commit_sft_step(
         self,

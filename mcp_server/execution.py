@@ -7,16 +7,26 @@ search never pays for it, and `tools/list` stays fast.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 
+from envpool.sandbox.base import RunRequest, RunResult
+from episodes.records import EpisodeVerifier, StateKind, VerifierState, VerifierVerdict
+from episodes.store import EpisodeStore
+from mcp_server.capture import capture
 from mcp_server.settings import Settings
+from training.scenarios.errors import VerifierUnavailable
+from training.scenarios.snapshots import Snapshot
+from training.scenarios.verification import EpisodeVerification, ProjectSetup
 
 if TYPE_CHECKING:
     from envpool.pool import EnvPool
@@ -111,6 +121,15 @@ class ExecutionHub:
     _pool: EnvPool | None = None
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
 
+    @functools.cached_property
+    def project(self) -> tuple[Path | None, tuple[str, ...]]:
+        """The served project's virtualenv site (bound into the sandbox) and the workspace folders its
+        `.pth` files put on the path (read once: a virtualenv made later needs a server restart)."""
+        workspace = self.settings.served_workspace
+        site = project_site(workspace, sandbox_python(self.settings.sandbox))
+        paths = editable_paths(site, workspace) if site is not None and workspace is not None else ()
+        return site, paths
+
     async def pool(self) -> EnvPool:
         """The pool, started on first use. Raises envpool's SandboxUnavailable with its reason."""
         async with self._lock:
@@ -129,9 +148,7 @@ class ExecutionHub:
 
         if self.settings.sandbox == "unsafe-local":
             log.warning("unsandboxed_execution", detail="RLIDE_SANDBOX=unsafe-local: agent code runs on the host")
-        workspace = self.settings.served_workspace
-        site = project_site(workspace, sandbox_python(self.settings.sandbox))
-        paths = editable_paths(site, workspace) if site is not None and workspace is not None else ()
+        site, paths = self.project
         pool = EnvPool(
             num_envs=self.settings.pool_envs,
             sandbox=self.settings.sandbox,
@@ -151,3 +168,94 @@ class ExecutionHub:
         if self._pool is not None:
             await anyio.to_thread.run_sync(self._pool.close)
             self._pool = None
+
+
+IDLE_CHECK_S = 60.0
+"""How often a server looks for open episodes gone idle past their timeout."""
+
+
+@dataclass
+class VerificationHub:
+    """The project's verifier of this server's episodes (`training.scenarios.verification`), run in
+    the execution pool: established in the background after `start_episode`, the end state verified
+    at `end_episode` (the caller waits, with progress), and at start what a stopped server left
+    pending (a verifier never established, an end never verified, an idle episode that timed out)."""
+
+    settings: Settings
+    store: EpisodeStore
+    execution: ExecutionHub
+    _tasks: TaskGroup | None = None
+    _locks: dict[str, anyio.Lock] = field(default_factory=dict)
+
+    def verification(self) -> EpisodeVerification:
+        site, roots = self.execution.project
+        setup = ProjectSetup(
+            settings_command=self.settings.test_command,
+            settings_memory_mb=self.settings.test_memory_mb,
+            settings_timeout_s=self.settings.test_timeout_s,
+            site=site,
+            import_roots=roots,
+        )
+        return EpisodeVerification(self.store, self._run_from_thread, setup)
+
+    def _run_from_thread(self, request: RunRequest) -> RunResult:
+        return anyio.from_thread.run(self._run, request)
+
+    async def _run(self, request: RunRequest) -> RunResult:
+        pool = await self.execution.pool()
+        return await pool.run(request)
+
+    def start(self, tasks: TaskGroup) -> None:
+        """Run in `tasks` from now on, beginning with what a stopped server left; then, as open
+        episodes go idle past `RLIDE_EPISODE_IDLE_TIMEOUT_S`, time them out and verify their end."""
+        self._tasks = tasks
+        tasks.start_soon(self._in_thread, "pending", lambda: self.verification().run_pending())
+        tasks.start_soon(self._expire_idle)
+
+    async def _expire_idle(self) -> None:
+        timeout = self.settings.episode_idle_timeout_s
+        while True:
+            await anyio.sleep(min(max(timeout / 10, 1.0), IDLE_CHECK_S))
+            for episode_id in await anyio.to_thread.run_sync(self.store.expire_idle, timeout):
+                # Its end is the served workspace now: what the agent left when it stopped.
+                root = self.settings.served_workspace
+                await anyio.to_thread.run_sync(capture, self.store, root, episode_id, StateKind.end)
+                await self.verify_end(episode_id, None)
+
+    async def begin(self, episode_id: str, start: Snapshot) -> EpisodeVerifier | None:
+        """The project's verifier for an episode whose served workspace was `start` at its start;
+        its start state runs in the background. None when nothing is served."""
+        root = self.settings.served_workspace
+        if root is None:
+            return None
+        verification = self.verification()
+        verifier = await anyio.to_thread.run_sync(verification.begin, episode_id, root, start.commit)
+        if verifier.state is VerifierState.pending and self._tasks is not None:
+            self._tasks.start_soon(self._locked, episode_id, lambda: verification.establish(episode_id, start.files))
+        return verifier
+
+    async def verify_end(self, episode_id: str, end: Snapshot | None) -> VerifierVerdict | None:
+        """Verify the episode's end state (`end`, the served workspace as it is now, else its last
+        recorded state) after its start state's run; None when it has no verifier to run or the
+        sandbox failed (it stays pending: the next server start runs it)."""
+        if not await anyio.to_thread.run_sync(self.store.request_end_verification, episode_id):
+            return None
+        verification = self.verification()
+        files = None if end is None else end.files
+        done = await self._locked(episode_id, lambda: verification.verify_end(episode_id, files))
+        return done if isinstance(done, VerifierVerdict) else None
+
+    async def _locked(self, episode_id: str, work: Callable[[], object]) -> object:
+        """One verification run at a time per episode (an end waits for its start's run)."""
+        lock = self._locks.setdefault(episode_id, anyio.Lock())
+        async with lock:
+            return await self._in_thread(episode_id, work)
+
+    @staticmethod
+    async def _in_thread(episode_id: str, work: Callable[[], object]) -> object:
+        try:
+            # Abandoned on cancel (the server stopping): the episode stays pending in the log.
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except (VerifierUnavailable, OSError) as exc:
+            log.warning("verification.failed", episode_id=episode_id, error=str(exc))
+            return None

@@ -20,7 +20,7 @@ from mcp_types import Tool as MCPTool
 
 from episodes.db import EpisodeNotFound
 from episodes.store import EpisodeStore
-from mcp_server.execution import ExecutionHub
+from mcp_server.execution import ExecutionHub, VerificationHub
 from mcp_server.logs import configure_logging
 from mcp_server.middleware import EpisodeRecorder, RecordingMiddleware, ResultSizeLimit
 from mcp_server.prompts import PROMPTS
@@ -105,7 +105,9 @@ def build_server(settings: Settings | None = None) -> RlideServer:
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
         store = EpisodeStore.open(settings.episode_db_url, settings.weights)
         expired = store.expire_idle(settings.episode_idle_timeout_s)
-        log.info("server_started", episode_log=settings.public_dict()["database_url"], expired_idle=expired)
+        for episode_id in expired:  # its last recorded state is verified with what the last server left
+            store.request_end_verification(episode_id)
+        log.info("server_started", episode_log=settings.public_dict()["database_url"], expired_idle=len(expired))
         served = settings.served_workspace
         if served is None:
             log.warning("no_workspace_served", reason=settings.no_workspace_reason())
@@ -114,10 +116,19 @@ def build_server(settings: Settings | None = None) -> RlideServer:
         if settings.index_on_start:
             workspaces.index_in_background()
         execution = ExecutionHub(settings)
+        verification = VerificationHub(settings, store, execution)
         try:
-            yield AppState(
-                settings=settings, store=store, recorder=recorder, workspaces=workspaces, execution=execution
-            )
+            async with anyio.create_task_group() as background:
+                verification.start(background)
+                yield AppState(
+                    settings=settings,
+                    store=store,
+                    recorder=recorder,
+                    workspaces=workspaces,
+                    execution=execution,
+                    verification=verification,
+                )
+                background.cancel_scope.cancel()  # a run left pending is resumed by the next server
         finally:
             await recorder.close_all("the server stopped")
             await execution.close()

@@ -95,6 +95,23 @@ class Settings(BaseSettings):
         "bwrap", description="Where run_code/run_tests run. unsafe-local has no isolation: only by explicit choice."
     )
     pool_envs: int = Field(4, ge=1, le=256, description="Sandboxed environments in the execution pool.")
+    test_command: str | None = Field(
+        None,
+        min_length=1,
+        description="The served project's test command (a shell command) instead of rlide's trusted pytest runner;"
+        " a project's `[tool.rlide] test_command` wins. Episodes are verified with it: see docs/rewards.md.",
+    )
+    test_memory_mb: int | None = Field(
+        None, ge=64, le=65536, description="Memory a verifier's run of the suite may hold (default 2048)."
+    )
+    test_timeout_s: float | None = Field(
+        None, gt=0, le=600, description="Time a verifier's run of the suite may take (default 300)."
+    )
+    train_unverified: bool = Field(
+        False,
+        description="Also train on episodes with no verified reward (only claims: the agent's outcome, its own"
+        " rating) or with monitor flags nobody cleared. Off: claims alone never become training data.",
+    )
     memory_store: Literal["sqlite", "turbopuffer"] = Field("sqlite", description="Code index store.")
     http_max_body_mb: int = Field(
         32,

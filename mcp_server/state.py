@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from episodes.store import EpisodeStore
-from mcp_server.execution import ExecutionHub
+from mcp_server.execution import ExecutionHub, VerificationHub
 from mcp_server.middleware import EpisodeRecorder
 from mcp_server.settings import Settings
 from mcp_server.workspaces import WorkspaceHub
@@ -23,6 +23,7 @@ class AppState:
     recorder: EpisodeRecorder
     workspaces: WorkspaceHub
     execution: ExecutionHub
+    verification: VerificationHub
 
 
 def app_state(ctx: Context[Any, Any] | ServerRequestContext[Any, Any]) -> AppState:

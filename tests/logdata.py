@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodes.policy_turns import EncodedTurn
-from episodes.records import EpisodeSource, EpisodeStatus, RewardSource
+from episodes.records import EpisodeSource, EpisodeStatus, RewardSource, StateKind
 from episodes.store import EpisodeStore
 
 
@@ -56,8 +56,22 @@ def external_episode(
         duration_ms=900,
     )
     store.end_episode(ep.id, status, summary=f"done: {task} ({reward:+})")
-    store.add_reward(ep.id, RewardSource.outcome, reward)
+    # What rlide's own run of the project's tests on the end state records: the episode's evidence.
+    store.add_reward(ep.id, RewardSource.tests, reward, "measured on the end state", verified=True)
     return ep.id
+
+
+def replayable(store: EpisodeStore, episode_id: str, *, commit: str = "c0ffee", workspace: str = "/ws") -> None:
+    """Give an episode what the MCP server records for a replay (no run here): a start state at
+    `commit` with the bug as an uncommitted edit, and the project's verifier established from it."""
+    store.add_workspace_state(
+        episode_id, StateKind.start, commit=commit, files={"calc.py": "def add(a, b):\n    return a - b\n"},
+        omitted=[], diff="",
+    )  # fmt: skip
+    store.set_verifier(episode_id, "python -m pytest", project={}, commit=commit, environment=None)
+    store.establish_verifier(
+        episode_id, {"tests/test_calc.py::test_add"}, set(), {"tests/test_calc.py": None}, {"source": "tests"}
+    )
 
 
 def policy_episode(

@@ -10,6 +10,7 @@ import ast
 import contextlib
 import os
 import posixpath
+import shlex
 import threading
 import uuid
 from enum import StrEnum
@@ -18,7 +19,8 @@ from typing import Literal, Protocol, get_args, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envpool.verifiers import reports
-from envpool.verifiers.trusted import RUN_FOLDER, is_reserved, patched_paths
+from envpool.verifiers.patches import PatchError, apply_patch
+from envpool.verifiers.trusted import RUN_FOLDER, is_reserved
 
 Language = Literal["python", "shell", "bash", "node"]
 """shell is POSIX sh (/bin/sh), bash is /bin/bash."""
@@ -42,7 +44,7 @@ class RunStatus(StrEnum):
     OK = "ok"  # exit code 0
     ERROR = "error"  # non-zero exit (including an uncaught exception)
     TIMEOUT = "timeout"  # wall-clock or CPU-time limit hit
-    MEMORY_LIMIT = "memory_limit"  # address-space/data limit hit (MemoryError, ENOMEM, V8 OOM)
+    MEMORY_LIMIT = "memory_limit"  # memory_mb hit: the run's memory group (OOM kill) or an rlimit (MemoryError, V8 OOM)
     OUTPUT_LIMIT = "output_limit"  # stdout or stderr exceeded its cap; the run was killed
     KILLED = "killed"  # ended by a signal we did not send for a limit, or cancelled
     SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed; the program may never have run
@@ -120,7 +122,13 @@ class RunRequest(BaseModel):
     files: dict[str, str] = Field(default_factory=dict, description="Relative path -> text content.")
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="Wall-clock limit.")
     cpu_s: float | None = Field(default=None, gt=0, le=600, description="CPU limit; default timeout_s.")
-    memory_mb: int = Field(default=512, ge=16, le=65536, description="Address-space (data for node) cap.")
+    memory_mb: int = Field(
+        default=512,
+        ge=16,
+        le=65536,
+        description="Memory the run may hold (all its processes, files and shared memory: its memory group); "
+        "without a group per run (not root), each process's address space (data for node) is capped instead.",
+    )
     max_processes: int = Field(default=64, ge=1, le=4096)
     max_file_mb: int = Field(default=64, ge=1, le=4096, description="Largest file the program may write.")
     max_output_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20, description="Per stream.")
@@ -220,12 +228,26 @@ class TestRunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     files: dict[str, str] = Field(default_factory=dict)
-    patch: str | None = Field(default=None, description="Unified diff applied with `patch -p<strip>`.")
+    patch: str | None = Field(
+        default=None, description="Unified diff applied to `files` first (as `patch -p<strip>` reads it)."
+    )
     patch_strip: int = Field(default=1, ge=0, le=8)
     test_command: str | None = None
     tests: str | None = None
+    pytest_args: list[str] | None = Field(
+        default=None,
+        description="Run rlide's trusted pytest runner with these arguments (a judged run: nothing the workspace "
+        "holds runs before pytest and rlide's plugin, `envpool/verifiers/pytest_plugin/rlide_run.py`).",
+    )
+    own_modules: list[str] = Field(
+        default_factory=list,
+        description="With pytest_args: the top-level modules the project's start commit defines, imported from "
+        "the workspace; every other module comes from the trusted sites first.",
+    )
     timeout_s: float = Field(default=30.0, gt=0, le=600)
-    memory_mb: int = Field(default=1024, ge=16, le=65536)
+    memory_mb: int = Field(default=2048, ge=16, le=65536, description="As `RunRequest.memory_mb`.")
+    """2048: real suites hold a few hundred MB (more-itertools' peaks at 184 MB RSS) and a project's
+    own imports (numpy, pandas) more; as memory held, not address space, this leaves them room."""
 
     @field_validator("files")
     @classmethod
@@ -233,7 +255,6 @@ class TestRunRequest(BaseModel):
         return {validate_relative_path(p): c for p, c in files.items()}
 
 
-PATCH_FILE = f"{RUN_FOLDER}/patch.diff"
 TESTS_FILE = f"{RUN_FOLDER}/given_tests.py"  # not tests.py: a workspace's own `tests` package still imports
 SCRIPT_TEST_FILE = f"{RUN_FOLDER}/test_given_script.py"
 SCRIPT_TEST = f"""import runpy
@@ -266,6 +287,9 @@ def defines_tests(code: str) -> bool:
     return False
 
 
+TEST_PROCESSES = 512
+"""Processes (threads count: one per thread) a test run may have: real suites start thread pools
+of dozens; a run's memory group and time limit bound what they cost."""
 TEST_OUTPUT_BYTES = 8 << 20
 """A test run's output limit per stream: a session's finish line comes last, and a cut stream loses it."""
 
@@ -276,19 +300,22 @@ def prepare_test_run(test: TestRunRequest) -> RunRequest:
     (`envpool.verifiers.reports`: read it with `read_test_run`). Files or patched paths that are
     rlide's own (`reports.is_reserved`) are refused. Async callers run it in a
     thread: it parses the test code (`defines_tests`), up to ~1 s for 1 MB."""
-    if (test.test_command is None) == (test.tests is None):
-        raise InvalidRequest("give exactly one of test_command or tests")
+    if sum(given is not None for given in (test.test_command, test.tests, test.pytest_args)) != 1:
+        raise InvalidRequest("give exactly one of test_command, tests or pytest_args")
     files = dict(test.files)
-    shadows = sorted(path for path in {*files, *patched_paths(test.patch or "", test.patch_strip)} if is_reserved(path))
+    if test.patch is not None:
+        # Applied here, by the one parser that also tells which files it touched: the tree a run
+        # gets is exactly the tree a verifier looked at (`envpool.verifiers.patches`).
+        try:
+            files = apply_patch(files, test.patch, test.patch_strip).files
+        except PatchError as exc:
+            raise InvalidRequest(f"the patch does not apply: {exc}") from exc
+    shadows = sorted(path for path in files if is_reserved(path))
     if shadows:
         raise InvalidRequest(f"{', '.join(shadows[:3])}: reserved for rlide's test runs (its pytest plugin, its files)")
     nonce = uuid.uuid4().hex
-    steps: list[str] = ["set -e"]
-    if test.patch is not None:
-        files[PATCH_FILE] = test.patch
-        # `patch` runs inside the sandbox, so a hostile diff is as contained as hostile code.
-        steps.append(f"patch --batch --forward --silent -p{test.patch_strip} -i {PATCH_FILE}")
-    steps += reports.shell_steps(nonce)
+    env = reports.environment(nonce)
+    steps: list[str] = ["set -e", *reports.shell_steps(nonce)]
     if test.tests is not None:
         files[TESTS_FILE] = test.tests
         target = TESTS_FILE
@@ -296,6 +323,9 @@ def prepare_test_run(test: TestRunRequest) -> RunRequest:
             files[SCRIPT_TEST_FILE] = SCRIPT_TEST
             target = SCRIPT_TEST_FILE
         steps.append(f'PYTHONPATH="$PWD:$PYTHONPATH" {PYTEST} {target}')  # imports from the workspace root
+    elif test.pytest_args is not None:
+        steps.append(f'exec python3 -I -S "$RLIDE_RUNNER" {" ".join(shlex.quote(arg) for arg in test.pytest_args)}')
+        env = reports.runner_environment(nonce, test.own_modules)
     else:
         assert test.test_command is not None
         steps.append(test.test_command)
@@ -303,9 +333,10 @@ def prepare_test_run(test: TestRunRequest) -> RunRequest:
         language="shell",
         code="\n".join(steps) + "\n",
         files=files,
-        env=reports.environment(nonce),
+        env=env,
         timeout_s=test.timeout_s,
         memory_mb=test.memory_mb,
+        max_processes=TEST_PROCESSES,
         max_output_bytes=TEST_OUTPUT_BYTES,
     )
 

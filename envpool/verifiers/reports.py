@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envpool.verifiers.trusted import PLUGIN, is_trusted
+from envpool.verifiers.project import ProjectTests
+from envpool.verifiers.trusted import PLUGIN
 
 PLUGIN_FOLDER = str(Path(__file__).with_name("pytest_plugin"))
 """The host folder holding only the plugin, mounted read-only into the sandbox."""
@@ -34,6 +35,17 @@ class TestReport:
     __test__ = False  # not a pytest class
     outcomes: dict[str, str]
     exitstatus: int
+    unreported: tuple[str, ...] = ()
+    """Tests collected that no line gave an outcome: the session stopped under them (they count as errors)."""
+    opened: dict[str, str] = field(default_factory=dict)
+    """Non-Python workspace files the run opened for reading, each with the workspace file whose code did."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether pytest ran every test it collected to an outcome and ended as a test run ends:
+        all passed (0) or some failed (1); not interrupted (2), an internal error (3), a usage error
+        (4) or nothing collected (5). Only a complete run of a start state can define a task."""
+        return not self.unreported and self.exitstatus in (0, 1)
 
     @property
     def passed(self) -> int:
@@ -69,6 +81,12 @@ def environment(nonce: str) -> dict[str, str]:
     return {"RLIDE_NONCE": nonce, "PYTEST_ADDOPTS": f"-p {PLUGIN} -p no:cacheprovider"}
 
 
+def runner_environment(nonce: str, own_modules: list[str]) -> dict[str, str]:
+    """A judged run's environment: rlide's runner loads the plugin itself (`rlide_run.py`), and
+    imports `own_modules` from the workspace, every other module from the trusted sites."""
+    return {"RLIDE_NONCE": nonce, "RLIDE_OWN_MODULES": ",".join(own_modules)}
+
+
 _WORST = {"passed": 0, "xpassed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 2}
 
 
@@ -83,6 +101,7 @@ class _Lines:
     outcomes: dict[str, str] = field(default_factory=dict)
     exitstatus: int = 0
     tampered: list[str] = field(default_factory=list)
+    opened: dict[str, str] = field(default_factory=dict)
 
     def add(self, event: dict[str, Any]) -> None:
         session, kind = str(event["session"]), event["event"]
@@ -103,7 +122,10 @@ class _Lines:
             self.exitstatus = max(self.exitstatus, int(event["exitstatus"]))
             self.tampered += [str(what) for what in event["tampered"]]
             # A hook from a file the candidate writes (the code under test, /tmp) can rewrite any report.
-            self.tampered += [f"hooks from {path}" for path in event["hooks"] if not is_trusted(str(path))]
+            trusted = ProjectTests().is_test  # hooks live in conftest.py files and plugins, never in project code
+            self.tampered += [f"hooks from {path}" for path in event["hooks"] if not trusted(str(path))]
+            for pair in event.get("opened") or []:
+                self.opened.setdefault(str(pair[0]), str(pair[1]))
         else:
             raise ValueError(f"unknown event {kind!r}")
 
@@ -115,10 +137,18 @@ class _Lines:
 def without_marks(stdout: str, nonce: str) -> str:
     """The run's output as the agent should read it: the lines rlide's plugin and script wrote for
     `read_report` left out (a report line lists every collected test, thousands of characters on a
-    real suite, and says nothing the structured result does not)."""
+    real suite, and says nothing the structured result does not), with the line break the plugin
+    put before each (after a unit separator), so pytest's progress dots stay on one line."""
     applied, report = f"{APPLIED_MARK}:{nonce}", f"{REPORT_MARK}:{nonce}:"
-    lines = stdout.splitlines(keepends=True)
-    return "".join(line for line in lines if line.rstrip("\r\n") != applied and not line.startswith(report))
+    out: list[str] = []
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(report):
+            if out and out[-1].endswith("\x1f\n"):
+                out[-1] = out[-1][:-2]
+            continue
+        if line.rstrip("\r\n") != applied:
+            out.append(line)
+    return "".join(out)
 
 
 def read_report(stdout: str, nonce: str) -> TestRunOutcome:
@@ -144,4 +174,5 @@ def read_report(stdout: str, nonce: str) -> TestRunOutcome:
     outcomes = seen.final_outcomes()
     if not outcomes:
         return TestRunOutcome(True, reason="pytest collected no test")
-    return TestRunOutcome(True, TestReport(outcomes, seen.exitstatus))
+    unreported = tuple(sorted(seen.collected - seen.outcomes.keys()))
+    return TestRunOutcome(True, TestReport(outcomes, seen.exitstatus, unreported, seen.opened))

@@ -78,6 +78,6 @@ def open_store() -> EpisodeStore:
 
     try:
         settings = cli_settings()
-        return EpisodeStore.open(settings.episode_db_url, settings.weights)
+        return EpisodeStore.open(settings.episode_db_url, settings.weights, train_unverified=settings.train_unverified)
     except StoreError as exc:
         raise fail(str(exc)) from exc

@@ -181,6 +181,14 @@ def train(
             min=0, help="Most preference pairs (episodes of one task, rewards 0.5 apart) per DPO step; 0: no DPO."
         ),
     ] = 0,
+    include_unverified: Annotated[
+        bool | None,
+        typer.Option(
+            "--include-unverified/--verified-only",
+            help="Also train on episodes with only claims (no verified tests, no person's rating) or uncleared"
+            " monitor flags. Default: RLIDE_TRAIN_UNVERIFIED (off).",
+        ),
+    ] = None,
     base_model: Annotated[
         str | None,
         typer.Option(
@@ -275,6 +283,7 @@ def train(
         sft_batch=sft_batch,
         sft_view=sft_view.value,
         dpo_batch=dpo_batch,
+        include_unverified=settings.train_unverified if include_unverified is None else include_unverified,
     )
     try:
         with _stdout_to_stderr():
@@ -454,7 +463,7 @@ def evaluate(
     quiet_libraries()
     from envpool.sandbox import SandboxError
     from training.backends.base import BackendError
-    from training.scenarios.base import VerifierUnavailable
+    from training.scenarios.errors import VerifierUnavailable
     from training.scenarios.eval import EvalRefused, eval_current_policy, select_tasks
     from training.scenarios.sandbox_runner import SandboxRunner
 

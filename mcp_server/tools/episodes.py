@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import structlog
@@ -13,11 +14,20 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from episodes.db import EpisodeClosed, EpisodeNotFound
-from episodes.records import Episode, EpisodeStatus, RewardSource, StateKind
+from episodes.records import (
+    Episode,
+    EpisodeStatus,
+    EpisodeVerifier,
+    RewardSource,
+    StateKind,
+    VerifierState,
+    VerifierVerdict,
+)
 from mcp_server.capture import capture
 from mcp_server.middleware import client_name, note_step
 from mcp_server.result_size import clip, fit_count
 from mcp_server.state import AppState, app_state
+from training.scenarios.snapshots import GitSnapshots, Snapshot, SnapshotUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -37,19 +47,31 @@ class StartEpisodeResult(BaseModel):
     episode_id: str = Field(description="Pass this as episode_id to end_episode and give_feedback.")
     task: str = Field(description="The task as recorded (its first lines, when long).")
     status: EpisodeStatus
+    verifier: str | None = Field(
+        None,
+        description="The project's test command that rlide runs on the end state at end_episode (its verified "
+        "reward), and its state; or why the episode has none.",
+    )
     note: str | None = None
 
 
 class EndEpisodeResult(BaseModel):
     episode: Episode
-    outcome_reward: float | None = Field(None, description="Reward recorded for the outcome, if any.")
+    outcome_reward: float | None = Field(
+        None, description="Reward recorded for the outcome, if any: the agent's claim, not evidence."
+    )
+    verification: VerifierVerdict | None = Field(
+        None, description="rlide's own run of the project's tests on the end state: the verified tests reward."
+    )
+    note: str | None = None
 
 
 class FeedbackResult(BaseModel):
     episode_id: str
     reward_id: int
     value: float
-    reward_total: float | None = Field(None, description="Sum of all rewards of the episode so far.")
+    reward_total: float | None = Field(None, description="The episode's reward now (its components combined).")
+    note: str = Field(description="How the rating counts.")
 
 
 class ListEpisodesResult(BaseModel):
@@ -84,15 +106,17 @@ async def start_episode(
         str | None,
         Field(
             max_length=10_000,
-            description="The test command that says the task is done (e.g. 'python -m pytest -q'): its first "
-            "failing run_tests fixes which tests must come to pass. Default: the first run_tests that fails.",
+            description="The test command you expect to show the task done. The episode is verified by the "
+            "project's own test command (shown in the result), never by one an agent names: a different command "
+            "shows your progress in run_tests only.",
         ),
     ] = None,
 ) -> StartEpisodeResult:
     """Start an episode: the tool calls that follow in this session are recorded into it and rewarded.
 
-    Call this when you begin a task; call end_episode when it is done.
-    """
+    Call this when you begin a task; call end_episode when it is done. rlide runs the project's tests on
+    the workspace as it is now (the tests that fail are the task) and again at end_episode (the verified
+    reward)."""
     if not task.strip():
         raise ToolError("task is blank: describe in a sentence what you are about to do")
     state = app_state(ctx)
@@ -122,12 +146,45 @@ async def start_episode(
         session_key=key,
     )
     recorder.bind(key, episode.id)
-    if test_command is not None and test_command.strip():
-        await recorder.run(state.store.name_verifier, episode.id, test_command)
     await recorder.run(capture, state.store, state.settings.served_workspace, episode.id, StateKind.start)
+    verifier = await _begin_verifier(state, episode.id, workspace)
+    if test_command is not None and test_command.strip() and verifier and test_command.strip() != verifier.command:
+        named = f"the episode is verified by the project's `{verifier.command}`" if verifier.command else "not adopted"
+        note = " ".join(filter(None, [note, f"test_command `{test_command.strip()}`: {named}; run it with run_tests"]))
     return StartEpisodeResult(
-        episode_id=episode.id, task=clip(episode.task, LISTED_TEXT_CHARS) or "", status=episode.status, note=note
+        episode_id=episode.id,
+        task=clip(episode.task, LISTED_TEXT_CHARS) or "",
+        status=episode.status,
+        verifier=describe_verifier(verifier),
+        note=note,
     )
+
+
+async def _begin_verifier(state: AppState, episode_id: str, workspace: str | None) -> EpisodeVerifier | None:
+    """The project's verifier for a new episode of the served workspace (none for another folder,
+    or one that is not a git working tree)."""
+    root = state.settings.served_workspace
+    if root is None or (workspace is not None and Path(workspace).expanduser().resolve() != root):
+        return None
+    try:
+        start = await anyio.to_thread.run_sync(GitSnapshots().working_tree, root)
+    except SnapshotUnavailable as exc:
+        log.info("verifier.none", episode_id=episode_id, reason=str(exc))
+        return None
+    return await state.verification.begin(episode_id, start)
+
+
+def describe_verifier(verifier: EpisodeVerifier | None) -> str:
+    """One line for the agent: what verifies the episode and where that stands."""
+    if verifier is None:
+        return "none: no served git workspace, so the episode is verified only by a person's rating"
+    if verifier.state is VerifierState.unavailable:
+        return f"none: {verifier.reason}"
+    if verifier.state is VerifierState.pending:
+        return f"`{verifier.command}`, running on the start state now: its failing tests will be the task"
+    failing = verifier.fail_to_pass or []
+    shown = ", ".join(failing[:5]) + (f" and {len(failing) - 5} more" if len(failing) > 5 else "")
+    return f"`{verifier.command}`: {len(failing)} tests fail at the start and must pass at the end: {shown}"
 
 
 async def end_episode(
@@ -143,10 +200,12 @@ async def end_episode(
     state = app_state(ctx)
     target = _resolve(state, ctx, episode_id)
     status = EpisodeStatus(outcome)
+    end: Snapshot | None = None
     try:
         # The end state first: the episode's solution is in the log before it says it ended.
         if (await state.recorder.run(state.store.get_episode, target)).status is EpisodeStatus.open:
             await state.recorder.run(capture, state.store, state.settings.served_workspace, target, StateKind.end)
+            end = await _served_tree(state)
         reward = await state.recorder.run(state.store.end_with_outcome, target, status, summary)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes to see valid ids") from exc
@@ -154,11 +213,46 @@ async def end_episode(
         raise ToolError(f"{exc}; start_episode begins a new one") from exc
     state.recorder.unbind(target)
     state.recorder.ended(state.recorder.session_key(ctx.request_context), target)
+    verdict = await progress_while(ctx, lambda: state.verification.verify_end(target, end), "verifying the end state")
+    note = None
+    if verdict is None and (await state.recorder.run(state.store.verifier, target)) is not None:
+        note = "the end state's verification did not run now (the sandbox failed); the next server start runs it"
     episode = await state.recorder.run(state.store.get_episode, target)
     if status is EpisodeStatus.success and (summary or not episode.implicit):
         # An implicit episode's task is a placeholder: only its summary can say what was solved.
         await _remember(state, target)
-    return EndEpisodeResult(episode=_brief(episode), outcome_reward=reward)
+    return EndEpisodeResult(episode=_brief(episode), outcome_reward=reward, verification=verdict, note=note)
+
+
+async def _served_tree(state: AppState) -> Snapshot | None:
+    root = state.settings.served_workspace
+    if root is None:
+        return None
+    try:
+        return await anyio.to_thread.run_sync(GitSnapshots().working_tree, root)
+    except SnapshotUnavailable:
+        return None
+
+
+_T = TypeVar("_T")
+
+
+async def progress_while(ctx: Context[Any, Any], work: Callable[[], Awaitable[_T]], label: str) -> _T:
+    """Await `work`, telling the client each second that it goes on (long runs: a test suite)."""
+    done: list[_T] = []
+
+    async def run() -> None:
+        done.append(await work())
+        tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        elapsed = 0
+        while True:
+            await anyio.sleep(1)
+            elapsed += 1
+            await ctx.report_progress(elapsed, None, f"{label} ({elapsed}s)")
+    return done[0]
 
 
 async def _remember(state: AppState, episode_id: str) -> None:
@@ -187,20 +281,35 @@ async def give_feedback(
     episode_id: EpisodeId = None,
     comment: Annotated[str | None, Field(max_length=20_000, description="Why, in the rater's words.")] = None,
 ) -> FeedbackResult:
-    """Record a human's or an agent's verdict on an episode as a reward. Works on open and ended episodes.
+    """Record a verdict on one of this session's episodes (open or ended) as its feedback reward: what
+    the person you work with said of the result. A rating sent by an agent is recorded as a claim, not
+    evidence: a person's rating in the dashboard or CLI outranks it, and an episode is trained on only
+    with evidence (its verified tests, a person's rating).
 
     Without episode_id: the session's open episode, else the one it ended last (feedback on a task
     just finished)."""
     state = app_state(ctx)
+    key = state.recorder.session_key(ctx.request_context)
     target = _resolve(state, ctx, episode_id, or_ended=True)
-    if target != episode_id and target != state.recorder.current(state.recorder.session_key(ctx.request_context)):
-        note_step(episode_id=target)  # this call is a step of the ended episode it rates, not of a new one
     try:
-        reward = await state.recorder.run(state.store.add_reward, target, RewardSource.feedback, rating, comment)
+        owner = await state.recorder.run(state.store.session_of, target)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes to see valid ids") from exc
+    if owner != key:
+        raise ToolError(
+            f"episode {target} was not started in this session: an agent rates only its own session's episodes"
+            " (a person rates any episode in the dashboard or with `rlide episodes rate`)"
+        )
+    if target != episode_id and target != state.recorder.current(key):
+        note_step(episode_id=target)  # this call is a step of the ended episode it rates, not of a new one
+    reward = await state.recorder.run(
+        state.store.add_reward, target, RewardSource.feedback, rating, comment, verified=False
+    )
     episode = await state.recorder.run(state.store.get_episode, target)
-    return FeedbackResult(episode_id=target, reward_id=reward.id, value=reward.value, reward_total=episode.reward_total)
+    note = "recorded as the agent's claim: a person's rating outranks it, and it never makes the episode verified"
+    return FeedbackResult(
+        episode_id=target, reward_id=reward.id, value=reward.value, reward_total=episode.reward_total, note=note
+    )
 
 
 async def list_episodes(

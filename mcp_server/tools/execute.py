@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Annotated, Any, get_args
 
 import anyio
@@ -25,18 +27,15 @@ from envpool.sandbox.base import (
     request_problem,
     shown_test_run,
 )
-from envpool.verifiers import fail_to_pass
 from envpool.verifiers.reports import TestRunOutcome
-from envpool.verifiers.trusted import trusted_files, trusted_in_patch, with_trusted
 from episodes.db import EpisodeNotFound
-from episodes.records import EpisodeVerifier, RewardSource, StateKind
-from episodes.store import EpisodeStore
+from episodes.records import StateKind
 from mcp_server.capture import capture
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
-from mcp_server.tools.episodes import EpisodeId
+from mcp_server.tools.episodes import EpisodeId, describe_verifier
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, Snapshot, SnapshotUnavailable
 
 Files = Annotated[
@@ -44,6 +43,7 @@ Files = Annotated[
     Field(description="Files to create in the sandbox's workspace: relative path -> text content."),
 ]
 TimeoutS = Annotated[float, Field(gt=0, le=300, description="Wall-clock limit in seconds.")]
+FAILING_LISTED = 50
 
 
 class RunCodeResult(BaseModel):
@@ -60,11 +60,14 @@ class RunTestsResult(RunCodeResult):
     passed: bool = Field(description="True when pytest reported every test it collected as passing.")
     tests_passed: int | None = Field(None, description="Passing tests, from pytest's report (None without one).")
     tests_failed: int | None = Field(None, description="Failing tests (errors too), from pytest's report.")
-    reward: float | None = Field(
-        None,
-        description="The verified `tests` reward recorded on the episode, in [-1, 1]; None when this run earns none.",
+    failing: list[str] = Field(
+        default_factory=list, description=f"Ids of the failing tests (the first {FAILING_LISTED}), from the report."
     )
-    verdict: str = Field(description="What this run counts for: the episode's verifier and how it judged, or why not.")
+    verdict: str = Field(
+        description="What this run counts for: progress only; the episode's verified reward is rlide's own run of "
+        "the project's tests on the end state at end_episode. Says where that verifier stands and why a run "
+        "has no report (pytest crashed, a limit was hit)."
+    )
     episode_id: str
     workspace: str | None = Field(None, description="What of the served workspace was sent, or why nothing was.")
 
@@ -73,16 +76,49 @@ def _fit(text: str, budget: int) -> tuple[str, bool]:
     """Head and tail of `text` within `budget` characters: errors are usually at the end."""
     if len(text) <= budget:
         return text, False
-    half = budget // 2
+    half = max(budget // 2, 0)
     return text[:half] + f"\n[... {len(text) - 2 * half} characters omitted ...]\n" + text[len(text) - half :], True
+
+
+_FAILURES = re.compile(r"^=+ (?:FAILURES|ERRORS) =+$", re.MULTILINE)
+_SUMMARY = re.compile(r"^=+ short test summary info =+$", re.MULTILINE)
+_SECTION = re.compile(r"^_{3,} .+ _{3,}$", re.MULTILINE)
+MIN_SECTION = 300
+"""Characters a failure section keeps at least when a long report is cut: its end holds the assertion."""
+
+
+def fit_test_output(text: str, budget: int) -> tuple[str, bool]:
+    """pytest's output within `budget`, cut so that what an agent acts on survives: the short test
+    summary (every failing test's id and message) and a share of each failure section (its start and
+    its end, where the assertion is), before the progress lines (a real suite's dots and names).
+    Output without pytest's failure sections is cut to its head and tail."""
+    found = _FAILURES.search(text)
+    if len(text) <= budget or found is None:
+        return _fit(text, budget)
+    summary = _SUMMARY.search(text, found.start())
+    end = summary.start() if summary else len(text)
+    head, body, tail = text[: found.start()], text[found.start() : end], text[end:]
+    tail, _ = _fit(tail, budget * 3 // 10)
+    head, _ = _fit(head, min(len(head), budget // 10))
+    left = max(budget - len(head) - len(tail) - 100, MIN_SECTION)
+    starts = [m.start() for m in _SECTION.finditer(body)] or [0]
+    sections = [body[: starts[0]]] + [body[a:b] for a, b in zip(starts, [*starts[1:], len(body)], strict=True)]
+    kept = max(1, min(len(sections), left // MIN_SECTION))
+    share = left // kept
+    parts = [_fit(section, share)[0] for section in sections[:kept]]
+    if kept < len(sections):
+        parts.append(f"\n[... {len(sections) - kept} more failure sections omitted: see the summary below ...]\n")
+    return head + "".join(parts) + tail, True
 
 
 def _longest(result: RunResult) -> int:
     return max(len(result.stdout), len(result.stderr))
 
 
-def _result_fields(result: RunResult, budget: int) -> dict[str, Any]:
-    stdout, cut_out = _fit(result.stdout, budget)
+def _result_fields(
+    result: RunResult, budget: int, keep: Callable[[str, int], tuple[str, bool]] = _fit
+) -> dict[str, Any]:
+    stdout, cut_out = keep(result.stdout, budget)
     stderr, cut_err = _fit(result.stderr, budget)
     return {
         "status": result.status.value,
@@ -204,42 +240,39 @@ async def run_tests(
         ),
     ] = True,
     timeout_s: TimeoutS = 60.0,
+    memory_mb: Annotated[
+        int, Field(ge=64, le=16384, description="Memory the run may hold (all its processes), in MB.")
+    ] = 2048,
     episode_id: EpisodeId = None,
 ) -> RunTestsResult:
     """Run a test command (or test code) in the sandbox on the served workspace's files, with `files` written
-    over them and an optional patch applied. The episode's verifier is its first run with a failing test (or the
-    command named at start_episode): its later runs earn the verified `tests` reward, -1 while a test that passed
-    then fails and 2 * (share of its failing tests now passing) - 1 otherwise, with the test and configuration
-    files of that first run. Other commands (a narrower -k, one file) show progress and earn nothing."""
+    over them and an optional patch applied, and return the failing tests. Runs show progress: the episode's
+    verified reward is rlide's own run of the project's tests on the workspace at end_episode (the tests
+    that failed at start_episode must pass, none that passed may break), whatever runs are made here."""
     if (test_command is None) == (tests is None):
         raise ToolError("give exactly one of test_command (a shell command) or tests (Python test code)")
     state = app_state(ctx)
     target = episode_id or await state.recorder.ensure_episode(ctx.request_context, "run_tests")
-    command = fail_to_pass.verifier_command(test_command, tests)
     snapshot: Snapshot | None = None
     workspace: str | None = None
     try:
         verifier = await state.recorder.run(state.store.verifier, target)
         if use_workspace:
             snapshot, workspace = await anyio.to_thread.run_sync(workspace_files, state.settings)
-            # The agent's work so far, as the tests see it (kept whether or not the run earns a reward).
+            # The agent's work so far, as the tests see it.
             root = state.settings.served_workspace
             await state.recorder.run(capture, state.store, root, target, StateKind.run_tests, snapshot=snapshot)
     except EpisodeNotFound as exc:  # an episode id the log does not know (its verifier reads as none)
         raise ToolError(f"{exc}: call list_episodes, or start_episode") from exc
     run_files = {**(snapshot.files if snapshot is not None else {}), **(files or {})}
-    if verifier is not None and verifier.command == command and verifier.fail_to_pass is not None:
-        touched = trusted_in_patch(patch) if patch else []
-        if touched:
-            raise ToolError(
-                f"this is the episode's verifier ({command}), which runs its tests and their configuration as they"
-                f" were on its first failing run: the patch changes {', '.join(touched[:5])}; change other files"
-                " (a narrower command shows progress without the verified reward)"
-            )
-        run_files = with_trusted(run_files, verifier.trusted_files)
     try:
         given = TestRunRequest(
-            files=run_files, patch=patch, test_command=test_command, tests=tests, timeout_s=timeout_s
+            files=run_files,
+            patch=patch,
+            test_command=test_command,
+            tests=tests,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
         )
         request = await anyio.to_thread.run_sync(prepare_test_run, given)
     except (ValidationError, InvalidRequest) as exc:
@@ -247,20 +280,16 @@ async def run_tests(
     result = await _run(ctx, request)
     outcome = read_test_run(request, result)
     result = shown_test_run(request, result)
-    try:
-        reward, verdict = await state.recorder.run(
-            judge_run, state.store, target, command, verifier, outcome, result, run_files
-        )
-    except EpisodeNotFound as exc:
-        raise ToolError(f"{exc}: the tests ran, but their reward has no episode; call list_episodes") from exc
     report = outcome.report
+    failing = sorted(report.ids("failed", "error")) if report is not None else []
+    verdict = f"{_what_happened(result, outcome)}progress only: the verifier is {describe_verifier(verifier)}"
     return fit_result(
         lambda budget: RunTestsResult(
-            **_result_fields(result, budget),
+            **_result_fields(result, budget, keep=fit_test_output),
             passed=report is not None and report.failed == 0 and report.passed > 0,
             tests_passed=None if report is None else report.passed,
             tests_failed=None if report is None else report.failed,
-            reward=reward,
+            failing=failing[:FAILING_LISTED],
             verdict=verdict,
             episode_id=target,
             workspace=workspace,
@@ -270,37 +299,20 @@ async def run_tests(
     )
 
 
-def judge_run(
-    store: EpisodeStore,
-    episode_id: str,
-    command: str,
-    verifier: EpisodeVerifier | None,
-    outcome: TestRunOutcome,
-    result: RunResult,
-    files: dict[str, str],
-) -> tuple[float | None, str]:
-    """The verified tests reward a run earns (recorded on the episode), or None, and a line saying why.
-    A run with no structured report earns none: the sandbox failed, the patch did not apply, or no
-    pytest ran to its end; neither does a command other than the episode's verifier."""
+def _what_happened(result: RunResult, outcome: TestRunOutcome) -> str:
+    """Why a run has no complete report, said first: a crash or a limit must never read as a result."""
     if result.status is RunStatus.SANDBOX_ERROR:
-        return None, f"no tests reward: the sandbox failed, not the tests ({result.detail})"
-    if not outcome.applied:
-        return None, "no tests reward: the patch did not apply (no test ran)"
+        return f"the sandbox failed, not the tests ({result.detail}); "
+    if result.status in (RunStatus.TIMEOUT, RunStatus.MEMORY_LIMIT, RunStatus.OUTPUT_LIMIT, RunStatus.KILLED):
+        return f"the run ended by {result.status.value} ({result.detail or 'a limit'}): tests after that never ran; "
     report = outcome.report
     if report is None:
-        return None, f"no tests reward: {outcome.reason}"
-    if verifier is not None and verifier.command != command:
-        return None, f"progress only: the episode's verified reward comes from its verifier, `{verifier.command}`"
-    if verifier is None or verifier.fail_to_pass is None:
-        sets = fail_to_pass.start(report)
-        if sets is None:
-            return None, "no tests reward: no test failed, so this run names no work to verify"
-        verifier = store.establish_verifier(episode_id, command, *sets, trusted_files(files))
-        if verifier.command != command or verifier.fail_to_pass is None:  # another call established it first
-            return None, f"progress only: the episode's verified reward comes from its verifier, `{verifier.command}`"
-    judged = fail_to_pass.judge(report, verifier.fail_to_pass, verifier.pass_to_pass or [])
-    store.add_reward(episode_id, RewardSource.tests, judged.reward, judged.line, verified=True)
-    return judged.reward, f"the episode's verifier `{command}`: {judged.line}"
+        return f"no test report: {outcome.reason}; "
+    if report.unreported:
+        return f"pytest stopped before {len(report.unreported)} collected tests ran (counted as errors); "
+    if report.exitstatus not in (0, 1):
+        return f"pytest ended with exit status {report.exitstatus} (an internal or usage error: read stderr); "
+    return ""
 
 
 _EXEC = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)

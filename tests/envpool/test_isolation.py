@@ -254,7 +254,7 @@ async def test_run_code_cannot_pay_a_later_run_tests(client: Client) -> None:
             },
         )
         assert (tests["passed"], tests["tests_failed"]) == (False, 1)
-        assert tests["reward"] < 0 and "INJECTED" not in tests["stdout"] + tests["stderr"]
+        assert tests["failing"] and "INJECTED" not in tests["stdout"] + tests["stderr"]
 
 
 def test_rlide_run_shows_terminal_control_sequences_instead_of_obeying_them(tmp_path: Path) -> None:

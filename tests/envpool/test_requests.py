@@ -89,7 +89,8 @@ def test_run_tests_with_a_patch(sandbox: BwrapSandbox) -> None:
     assert run_tests(sandbox, command).status is RunStatus.OK
     assert outcome(command) == (RunStatus.OK, True, None)  # no pytest ran: no report
     hostile = TestRunRequest(files={"calc.py": SOURCE}, patch=PATCH.replace("calc.py", "../../etc/passwd"), tests=TESTS)
-    assert outcome(hostile) == (RunStatus.ERROR, False, None)  # patch refuses paths outside the workspace
+    with pytest.raises(InvalidRequest, match="the patch does not apply: .*'..'"):  # refused before anything runs
+        prepare_test_run(hostile)
 
 
 @requires_bwrap

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from envpool.sandbox.base import Sandbox, TestRunRequest, prepare_test_run, read_test_run
+from envpool.sandbox.base import InvalidRequest, Sandbox, TestRunRequest, prepare_test_run, read_test_run
 from envpool.verifiers import fail_to_pass
 from envpool.verifiers.reports import TestReport
-from envpool.verifiers.trusted import is_trusted, patched_paths, trusted_in_patch, with_trusted
 
 CALC = "def add(a, b):\n    return a - b\n"
 TESTS = (
@@ -137,20 +136,26 @@ TRICKS: dict[str, tuple[str, dict[str, str]]] = {
 }  # fmt: skip
 
 
-def judged(sandbox: Sandbox, command: str, files: dict[str, str]) -> float | None:
-    """The fail-to-pass reward of a run of `command` on the project with `files` over it (None: no report)."""
-    test = TestRunRequest(files={"calc.py": CALC, "test_calc.py": TESTS, **files}, test_command=command)
+def judged(sandbox: Sandbox, command: str | None, files: dict[str, str]) -> float | None:
+    """The fail-to-pass reward of a run of `command` (None: rlide's trusted runner, as an episode's
+    verifier runs) on the project with `files` over it (None: no report)."""
+    given = {"calc.py": CALC, "test_calc.py": TESTS, **files}
+    if command is None:
+        test = TestRunRequest(files=given, pytest_args=["-q"], own_modules=["calc", "test_calc"])
+    else:
+        test = TestRunRequest(files=given, test_command=command)
     request = prepare_test_run(test)
     outcome = read_test_run(request, sandbox.run(request))
     if outcome.report is None:
         return None
-    return fail_to_pass.judge(outcome.report, [ADD], [ZERO]).reward
+    return fail_to_pass.judge(outcome.report, [ADD], [ZERO], partial=False).reward
 
 
-def test_the_start_state_and_the_fix_are_judged_by_pytests_report(sandbox: Sandbox) -> None:
-    assert judged(sandbox, PYTEST, {}) == -1.0
-    assert judged(sandbox, PYTEST, {"calc.py": "def add(a, b):\n    return a + b\n"}) == 1.0
-    assert judged(sandbox, PYTEST, {"calc.py": "def add(a, b):\n    return 4\n"}) == -1.0  # breaks test_zero
+@pytest.mark.parametrize("command", [PYTEST, None], ids=["a pytest command", "rlide's runner"])
+def test_the_start_state_and_the_fix_are_judged_by_pytests_report(sandbox: Sandbox, command: str | None) -> None:
+    assert judged(sandbox, command, {}) == -1.0
+    assert judged(sandbox, command, {"calc.py": "def add(a, b):\n    return a + b\n"}) == 1.0
+    assert judged(sandbox, command, {"calc.py": "def add(a, b):\n    return 4\n"}) == -1.0  # breaks test_zero
 
 
 @pytest.mark.parametrize("trick", sorted(TRICKS))
@@ -160,12 +165,18 @@ def test_no_trick_earns_more_than_the_untouched_project(sandbox: Sandbox, trick:
     assert reward is None or reward <= -1.0, (trick, reward)
 
 
-def test_a_patch_that_does_not_apply_is_said_so_not_failed(sandbox: Sandbox) -> None:
+@pytest.mark.parametrize("trick", sorted(trick for trick, (command, _) in TRICKS.items() if command == PYTEST))
+def test_no_trick_in_the_code_under_test_passes_rlides_runner(sandbox: Sandbox, trick: str) -> None:
+    """The same tricks in the files, run by rlide's trusted runner (how an episode's verifier runs)."""
+    reward = judged(sandbox, None, TRICKS[trick][1])
+    assert reward is None or reward <= -1.0, (trick, reward)
+
+
+def test_a_patch_that_does_not_apply_is_refused_before_anything_runs() -> None:
     test = TestRunRequest(files={"calc.py": CALC}, patch="--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n",
                           test_command=PYTEST)  # fmt: skip
-    request = prepare_test_run(test)
-    outcome = read_test_run(request, sandbox.run(request))
-    assert (outcome.applied, outcome.report, outcome.reason) == (False, None, "the patch did not apply")
+    with pytest.raises(InvalidRequest, match="the patch does not apply: .*nope.py"):
+        prepare_test_run(test)
 
 
 def test_a_report_from_another_run_is_not_read(sandbox: Sandbox) -> None:
@@ -183,30 +194,9 @@ def test_fail_to_pass_sets_come_from_a_failing_start() -> None:
     report = TestReport({ADD: "failed", ZERO: "passed", "t::skipped": "skipped", "t::err": "error"}, 1)
     assert fail_to_pass.start(report) == ({ADD, "t::err"}, {ZERO})
     assert fail_to_pass.start(TestReport({ZERO: "passed"}, 0)) is None
-    missing = fail_to_pass.judge(TestReport({ADD: "passed"}, 0), [ADD], [ZERO])
+    missing = fail_to_pass.judge(TestReport({ADD: "passed"}, 0), [ADD], [ZERO], partial=False)
     assert missing.reward == -1.0 and ZERO in missing.line  # a deselected test that passed does not pass
-    half = fail_to_pass.judge(
-        TestReport({ADD: "passed", "t::err": "failed", ZERO: "passed"}, 1), [ADD, "t::err"], [ZERO]
-    )
-    assert half.reward == 0.0
-
-
-@pytest.mark.parametrize(
-    ("path", "trusted"),
-    [
-        ("test_calc.py", True), ("pkg/calc_test.py", True), ("tests/helpers.py", True), ("tests/data/x.json", True),
-        ("conftest.py", True), ("src/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
-        ("setup.cfg", True), ("pyproject.toml", True), ("sitecustomize.py", True), ("x/usercustomize.py", True),
-        (".local/lib/python3.11/site-packages/evil.pth", True),
-        ("calc.py", False), ("src/pkg/core.py", False), ("README.md", False), ("latest.py", False),
-    ],
-)  # fmt: skip
-def test_which_files_are_trusted(path: str, trusted: bool) -> None:
-    assert is_trusted(path) is trusted
-
-
-def test_patches_to_trusted_files_are_found_and_trusted_files_restored() -> None:
-    patch = "--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x\n"
-    assert patched_paths(patch) == {"calc.py", "conftest.py"} and trusted_in_patch(patch) == ["conftest.py"]
-    files = {"calc.py": "new", "test_calc.py": "edited", "conftest.py": "added"}
-    assert with_trusted(files, {"test_calc.py": "original"}) == {"calc.py": "new", "test_calc.py": "original"}
+    half_done = TestReport({ADD: "passed", "t::err": "failed", ZERO: "passed"}, 1)
+    assert fail_to_pass.judge(half_done, [ADD, "t::err"], [ZERO], partial=True).reward == 0.0  # a replay
+    unresolved = fail_to_pass.judge(half_done, [ADD, "t::err"], [ZERO], partial=False)  # an episode: resolved or not
+    assert unresolved.reward == -1.0 and "whole fix only" in unresolved.line

@@ -16,7 +16,7 @@ from episodes.records import CurationAction, EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from mcp_server.cli.app import app
 from mcp_server.settings import load_settings
-from tests.logdata import external_episode
+from tests.logdata import external_episode, replayable
 from training.data.export import export
 from training.scenarios.base import scenarios_from_log
 
@@ -64,14 +64,19 @@ def test_deleting_takes_the_episode_and_the_texts_only_it_held(any_store: Episod
 
 
 def test_relabelling_moves_the_outcome_and_the_reward(any_store: EpisodeStore) -> None:
+    """A person's relabel is their word on the episode: its outcome and their rating, both evidence
+    beside the measured tests."""
     episode = external_episode(any_store, "said it was done", 1.0)
     assert any_store.get_episode(episode).reward_total == 1.0
     relabelled = any_store.relabel_episode(episode, EpisodeStatus.failure, "the build was red")
-    assert relabelled.status is EpisodeStatus.failure and relabelled.reward_total == -1.0
+    assert relabelled.status is EpisodeStatus.failure and relabelled.reward_total == pytest.approx((0.5 - 0.2) / 0.7)
     rewards = any_store.detail(episode).rewards
-    assert [(r.source, r.value) for r in rewards][-1] == (RewardSource.outcome, -1.0)
+    assert [(r.source, r.value, r.verified) for r in rewards][-2:] == [
+        (RewardSource.outcome, -1.0, False),
+        (RewardSource.feedback, -1.0, True),
+    ]
     assert "success -> failure: the build was red" in (rewards[-1].comment or "")
-    assert any_store.relabel_episode(episode, EpisodeStatus.aborted).reward_total == 0.0
+    assert any_store.relabel_episode(episode, EpisodeStatus.aborted).reward_total == pytest.approx(0.5 / 0.7)
     [first, second] = any_store.curation_log(episode)
     assert (first.detail["from"], first.detail["to"], second.detail["to"]) == ("success", "failure", "aborted")
     with pytest.raises(ValueError, match="relabel to one of success, failure, aborted"):
@@ -84,11 +89,7 @@ def test_an_excluded_episode_reaches_no_export_replay_or_training(any_store: Epi
     kept = external_episode(any_store, "fix the parser", 1.0)
     excluded = external_episode(any_store, "fix the lexer", 1.0)
     for episode in (kept, excluded):
-        any_store.add_step(
-            episode, tool="run_tests", arguments={"files": {"a.py": "x"}, "test_command": "pytest -q"},
-            result_summary="1 failed", error=None, duration_ms=1,
-        )  # fmt: skip
-        any_store.add_reward(episode, RewardSource.tests, -1.0, verified=True)
+        replayable(any_store, episode)
     assert {s.source_episode for s in scenarios_from_log(any_store)} == {kept, excluded}
     assert any_store.exclude_episode(excluded, reason="a user's private repo").excluded is True
 
@@ -117,7 +118,7 @@ def test_the_cli_curates_and_says_what_it_did(rlide_home: Path) -> None:
 
     relabelled = cli.invoke(app, ["episodes", "relabel", second, "--status", "success", "--note", "it worked"])
     assert relabelled.exit_code == 0, relabelled.output
-    assert f"{second} is now success, reward +1.00" in relabelled.stderr
+    assert f"{second} is now success, reward -0.43" in relabelled.stderr  # the tests still failed
     assert cli.invoke(app, ["episodes", "exclude", first, "--reason", "private"]).exit_code == 0
     listed = cli.invoke(app, ["episodes", "list"]).stdout
     assert "excluded" in next(line for line in listed.splitlines() if line.startswith(first))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from episodes.db import StoreError
 from episodes.records import CurationAction, EpisodeSource, EpisodeStatus, RewardSource, Verdict
-from episodes.rewards import RewardWeights
+from episodes.rewards import COMPONENTS, RewardWeights
 from episodes.rows import REWARD_BOUND_SLACK, EpisodeQuery
 from episodes.store import EpisodeStore
 from tests.logdata import external_episode
@@ -112,7 +112,7 @@ def test_filters_page_in_sql(any_store: EpisodeStore) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    weights=st.tuples(*[st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0])] * 4),
+    weights=st.tuples(*[st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0])] * len(COMPONENTS)),
     components=st.lists(
         st.dictionaries(st.sampled_from(list(RewardSource)), st.sampled_from([-1.0, -0.5, 0.0, 0.25, 1.0])),
         min_size=1,

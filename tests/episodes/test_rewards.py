@@ -14,14 +14,19 @@ from episodes.rewards import RewardWeights, combine
 from episodes.store import EpisodeStore
 
 TESTS, OUTCOME, FEEDBACK, JUDGE = RewardSource.tests, RewardSource.outcome, RewardSource.feedback, RewardSource.judge
+SELF = RewardSource.self_rating
 
 
-def test_components_combine_as_their_weighted_mean() -> None:
+def test_evidence_combines_as_its_weighted_mean_and_claims_never_move_it() -> None:
     assert combine({}) is None
     assert combine({TESTS: 1.0}) == 1.0
-    assert combine({TESTS: 1.0, OUTCOME: -1.0}) == pytest.approx((0.5 - 0.2) / 0.7)
-    assert combine({TESTS: 1.0, OUTCOME: 1.0, FEEDBACK: -1.0, JUDGE: 0.0}) == pytest.approx((0.5 + 0.2 - 0.2) / 1.0)
-    assert combine({TESTS: 1.0, OUTCOME: -1.0}, RewardWeights(tests=1.0, outcome=0.0)) == 1.0
+    assert combine({TESTS: 1.0, FEEDBACK: -1.0, JUDGE: 0.0}) == pytest.approx((0.5 - 0.2) / 0.8)
+    # A claim of success on a broken tree, or a self rating, earns what leaving the bug earns; an
+    # honest failure costs nothing.
+    assert combine({TESTS: -1.0, OUTCOME: 1.0, SELF: 1.0}) == combine({TESTS: -1.0, OUTCOME: -1.0}) == -1.0
+    # Claims alone score an (unverified) episode, for people to read.
+    assert combine({OUTCOME: 1.0, SELF: -1.0}) == pytest.approx((0.2 - 0.2) / 0.4)
+    assert combine({TESTS: 1.0, OUTCOME: -1.0}, RewardWeights(tests=0.0)) == -1.0  # evidence weighing nothing
     assert combine({OUTCOME: 1.0}, RewardWeights(outcome=0.0)) is None  # present, but weighing nothing
     with pytest.raises(ValueError, match="must be >= 0"):
         RewardWeights(tests=-1.0)

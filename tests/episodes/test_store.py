@@ -44,11 +44,11 @@ def test_episode_lifecycle(store: EpisodeStore) -> None:
         ep.id, tool="run_tests", arguments={"cmd": "pytest"}, result_summary="3 passed", error=None, duration_ms=12.5
     )
     store.add_reward(ep.id, RewardSource.tests, 1.0, "3 passed", verified=True)
-    store.add_reward(ep.id, RewardSource.feedback, -0.5)
+    store.add_reward(ep.id, RewardSource.feedback, -0.5, verified=True)  # a person's rating: evidence
     ended = store.end_episode(ep.id, EpisodeStatus.success, "done")
     assert ended.status is EpisodeStatus.success and ended.ended_at is not None and ended.summary == "done"
     # The weighted mean of its components (tests 0.5, feedback 0.2: episodes.rewards), not their sum.
-    assert ended.step_count == 1 and ended.reward_total == pytest.approx((0.5 - 0.1) / 0.7)
+    assert ended.step_count == 1 and ended.reward_total == pytest.approx((0.5 - 0.1) / 0.7) and ended.verified
     with pytest.raises(EpisodeClosed, match="already ended with status success"):
         store.end_episode(ep.id, EpisodeStatus.failure)
     assert store.get_episode(ep.id).status is EpisodeStatus.success  # the refused end changed nothing
@@ -193,7 +193,7 @@ def test_idle_open_episodes_time_out(store: EpisodeStore) -> None:
     with store.db.transaction(write=True) as cur:
         cur.execute("UPDATE episodes SET updated_at = updated_at - 10000 WHERE id = ?", (old.id,))
     fresh = store.start_episode("active")
-    assert store.expire_idle(3600) == 1
+    assert len(store.expire_idle(3600)) == 1
     assert store.get_episode(old.id).status is EpisodeStatus.timeout
     assert store.get_episode(fresh.id).status is EpisodeStatus.open
 

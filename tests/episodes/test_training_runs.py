@@ -199,7 +199,7 @@ def test_sft_cursor_uses_each_external_success_once(any_store: EpisodeStore) -> 
     store.runs.ensure_run("other", backend="cpu", base_model="tiny-qwen2")
     first = _ended(store, "a", 1.0)
     second = _ended(store, "b", 0.25)
-    store.add_reward(second, RewardSource.feedback, 1.0)  # reward (0.5 * 0.25 + 0.2 * 1) / 0.7 = 0.46...
+    store.add_reward(second, RewardSource.feedback, 1.0, verified=True)  # a person: (0.5 * 0.25 + 0.2) / 0.7 = 0.46
     _ended(store, "low", 0.25)
     _ended(store, "no reward", None)
     _ended(store, "the student's", 1.0, source=EpisodeSource.policy)

@@ -34,7 +34,7 @@ def episode_id(home: Path) -> str:
     store.add_step(
         ep.id, tool="search_code", arguments={"query": "config"}, result_summary="3 hits", error=None, duration_ms=4.2
     )
-    store.add_reward(ep.id, RewardSource.feedback, 1.0, "nice")
+    store.add_reward(ep.id, RewardSource.feedback, 1.0, "nice", verified=True)
     store.end_episode(ep.id, EpisodeStatus.success, "renamed")
     store.start_episode("still going")
     store.close()
@@ -73,11 +73,11 @@ def test_episodes_list_show_export(episode_id: str, tmp_path: Path) -> None:
     store = EpisodeStore.open(load_settings().episode_db_url)
     messy = store.start_episode("fix the loader\n\nit crashes on start", client="cursor")
     store.add_step(messy.id, tool="run_code", arguments={}, result_summary=None, error="one\ntwo", duration_ms=1)
-    store.add_reward(messy.id, RewardSource.feedback, 0.5, "good\nbut slow")
+    store.add_reward(messy.id, RewardSource.feedback, 0.5, "good\nbut slow", verified=True)
     store.close()
     shown_lines = runner.invoke(app, ["episodes", "show", messy.id]).stdout.splitlines()
     assert [line for line in shown_lines if line.startswith("  [")][0].endswith("ERROR one two")
-    assert shown_lines[-1] == "  reward feedback: +0.50 good but slow"
+    assert shown_lines[-2:] == ["  reward feedback: +0.50 good but slow", "reward: 0.5  verified"]
     listed_lines = runner.invoke(app, ["episodes", "list"]).stdout.splitlines()
     assert listed_lines[0].endswith("fix the loader it crashes on start") and len(listed_lines) == 3
 

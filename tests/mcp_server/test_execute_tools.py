@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from episodes.records import RewardSource
 from episodes.store import EpisodeStore
 from mcp_server.result_size import model_result_chars
 from mcp_server.server import build_server
@@ -118,39 +117,32 @@ FIX_CODE = """--- a/calc.py
 
 
 @pytest.mark.anyio
-async def test_run_tests_reward_lands_on_the_episode(client: Client, settings: Settings) -> None:
-    """The first failing run is the episode's verifier (-1: nothing fixed yet); its later runs earn
-    the verified reward; other commands and script-style test code earn none."""
+async def test_run_tests_reports_the_failing_tests_and_pays_nothing(client: Client, settings: Settings) -> None:
+    """run_tests is the agent's own tool: any command, its files, its patch; it says which tests fail
+    and records no reward (the episode's verified reward is rlide's own run at end_episode)."""
     started = await call_ok(client, "start_episode", {"task": "make add pass"})
     files = {"calc.py": CALC, "test_calc.py": TESTS}
     first = await call_ok(client, "run_tests", {"files": files, "test_command": "python -m pytest -q"})
-    assert (first["passed"], first["tests_passed"], first["tests_failed"], first["reward"]) == (False, 1, 1, -1.0)
-    assert "verifier" in first["verdict"] and "0 of 1 failing tests pass" in first["verdict"]
+    assert (first["passed"], first["tests_passed"], first["tests_failed"]) == (False, 1, 1)
+    assert first["failing"] == ["test_calc.py::test_two"] and "progress only" in first["verdict"]
     fixed = await call_ok(
         client, "run_tests", {"files": files, "patch": FIX_CODE, "test_command": "python -m pytest -q"}
     )
-    assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["reward"]) == (True, 2, 0, 1.0)
+    assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["failing"]) == (True, 2, 0, [])
     # The agent reads pytest's own output; the report's marker lines stay between rlide and the sandbox.
     assert "1 failed, 1 passed" in first["stdout"] and "2 passed" in fixed["stdout"]
     assert not any("rlide-test-report" in r["stdout"] or "rlide-patch-applied" in r["stdout"] for r in (first, fixed))
-    narrow = await call_ok(client, "run_tests", {"files": files, "test_command": "python -m pytest -q -k one"})
-    assert (narrow["tests_passed"], narrow["reward"]) == (1, None) and "progress only" in narrow["verdict"]
     plain = await call_ok(
         client, "run_tests", {"files": {"calc.py": CALC}, "tests": "from calc import add\nassert add(1, 1) == 3"}
     )
-    assert (plain["passed"], plain["tests_failed"], plain["reward"]) == (False, 1, None)  # a script: one test
-    assert "progress only" in plain["verdict"]
+    assert (plain["passed"], plain["tests_failed"]) == (False, 1)  # a script: one test
     assert {first["episode_id"], fixed["episode_id"], plain["episode_id"]} == {started["episode_id"]}
 
     store = EpisodeStore.open(settings.episode_db_url)
     detail = store.detail(started["episode_id"])
     store.close()
-    assert [(r.source, r.value, r.verified) for r in detail.rewards] == [
-        (RewardSource.tests, -1.0, True),
-        (RewardSource.tests, 1.0, True),
-    ]
-    assert detail.episode.reward_total == 1.0  # the latest verified result, not a sum
-    assert [s.tool for s in detail.steps] == ["start_episode", *["run_tests"] * 4]
+    assert detail.rewards == [] and detail.episode.reward_total is None
+    assert [s.tool for s in detail.steps] == ["start_episode", *["run_tests"] * 3]
 
 
 def commit_all(root: Path) -> str:
@@ -208,10 +200,11 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
         first = await call_ok(client, "run_tests", command)
         assert (first["tests_passed"], first["tests_failed"]) == (1, 1)
         assert first["workspace"].startswith(f"3 files of {root} as on disk (HEAD {head[:12]})")
-        refused = await call_error(client, "run_tests", {**command, "patch": FIX_TEST})
-        assert "the patch changes test_calc.py" in refused  # the verifier's tests are its first run's
+        # The agent's own run may change a test (the verifier's tests are the commit's, whatever runs here).
+        edited = await call_ok(client, "run_tests", {**command, "patch": FIX_TEST})
+        assert (edited["passed"], edited["tests_passed"]) == (True, 2)
         fixed = await call_ok(client, "run_tests", {**command, "patch": FIX_CODE})
-        assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"], fixed["reward"]) == (True, 2, 0, 1.0)
+        assert (fixed["passed"], fixed["tests_passed"], fixed["tests_failed"]) == (True, 2, 0)
         broken = await call_ok(client, "run_tests", {**command, "files": {"calc.py": "def add(a, b):\n    return 0\n"}})
         assert (broken["tests_passed"], broken["tests_failed"]) == (0, 2)
         secret = await call_ok(client, "run_tests", {"test_command": "cat .env", "use_workspace": False})
@@ -231,7 +224,7 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
     [scenario] = scenarios_from_log(store)
     store.close()
     recorded = [(s.arguments.get("commit"), s.arguments.get("repo")) for s in steps if s.tool == "run_tests"]
-    assert recorded == [(head, str(root))] * 4 + [(None, None)] + [(head, str(root))] * 2  # the refused call too
+    assert recorded == [(head, str(root))] * 4 + [(None, None)] + [(head, str(root))] * 2
     assert (scenario.workspace_ref, scenario.workspace) == (head, str(root))
 
 

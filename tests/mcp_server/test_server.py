@@ -66,11 +66,18 @@ async def test_a_full_episode_is_recorded(client: Client, settings: Settings, tm
     episode_id = started["episode_id"]
     assert started["status"] == "open"
     fb = await call_ok(client, "give_feedback", {"rating": 0.5, "comment": "on the right track"})
-    assert fb == {"episode_id": episode_id, "reward_id": fb["reward_id"], "value": 0.5, "reward_total": 0.5}
+    assert fb == {
+        "episode_id": episode_id,
+        "reward_id": fb["reward_id"],
+        "value": 0.5,
+        "reward_total": 0.5,
+        "note": "recorded as the agent's claim: a person's rating outranks it, and it never makes the episode verified",
+    }
     ended = await call_ok(client, "end_episode", {"outcome": "success", "summary": "all green"})
     assert ended["episode"]["status"] == "success" and ended["outcome_reward"] == 1.0
-    # The episode's reward is the weighted mean of its components (feedback .2, outcome .2).
-    assert ended["episode"]["reward_total"] == pytest.approx(0.75)
+    # No evidence (no served git workspace to verify, no person's rating): the weighted mean of its
+    # claims (self rating .2, outcome .2), shown but never trained on.
+    assert ended["episode"]["reward_total"] == pytest.approx(0.75) and not ended["episode"]["verified"]
 
     store = _log(settings)
     detail = store.detail(episode_id)

@@ -45,7 +45,9 @@ async def test_sdk_client_runs_a_full_episode(
                 "reward_id": feedback["reward_id"],
                 "value": 0.5,
                 "reward_total": 0.5,
+                "note": feedback["note"],
             }
+            assert "claim" in feedback["note"]
             ended = await call_ok(client, "end_episode", {"outcome": "success", "summary": "fixed", **explicit})
             assert ended["episode"]["status"] == "success" and ended["outcome_reward"] == 1.0
 

@@ -5,15 +5,11 @@ completion into a reward. Three verifiers:
 
     toy        a pure function (training.scenarios.toy): exact, instant, for the CPU learning demo
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
-    command    a test command (or the test code given to run_tests) re-run in the workspace
-               snapshot (needs a workspace runner): the files
-               recorded with the episode, or a git commit of the episode's workspace repository
-               (`training.scenarios.snapshots`, materialised by `SandboxRunner`), with the student's patch applied;
-               taken from the episode's FIRST re-checkable test run (the workspace before the agent's
-               fix, see `_scenario_from_detail`). Judged as `run_tests` judges an episode's verifier
-               (docs/rewards.md): from pytest's report, never the exit status; by fail-to-pass
-               against the start state (the episode's recorded sets, or a run of the start state);
-               a patch that touches a test, its configuration or a start-up file earns nothing
+    command    an episode's verifier replayed (`training.scenarios.verification.replay_reward`):
+               the project's tests, from the commit the episode started at, on its exact start
+               state with the student's diff applied, judged by fail-to-pass against the sets rlide
+               measured on that start state; the commit's test files win over anything the diff
+               writes (docs/rewards.md)
 
 Running code goes through a `ProgramRunner` (envpool's sandbox satisfies it once it lands);
 `SubprocessRunner` here is a plain subprocess with limits, NOT a sandbox: only for trusted code
@@ -38,14 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envpool.sandbox.base import RunRequest, RunResult
 from envpool.tasks.humaneval import CodingTask
-from envpool.verifiers import fail_to_pass
-from envpool.verifiers.reports import TestRunOutcome
-from envpool.verifiers.trusted import patched_paths, trusted_in_patch
 from envpool.verifiers.values import CallsUnavailable, Verdict, judge
-from episodes.records import Episode, EpisodeDetail, RewardSource, StateKind, Step, WorkspaceState
+from episodes.records import Episode, EpisodeDetail, StateKind, VerifierState, WorkspaceState
 from episodes.store import EpisodeStore
+from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.toy import digit_share
+from training.scenarios.verification import replay_reward
 
 Split = Literal["train", "heldout", "all"]
 VerifierKind = Literal["toy", "humaneval", "command"]
@@ -62,8 +58,6 @@ class RunOutcome:
     timed_out: bool = False
     stdout: str = ""
     """All of stdout: what a verifier that judges values reads (`envpool.verifiers.values`)."""
-    tests: TestRunOutcome | None = None
-    """Of a test run: whether the patch applied and pytest's report (`envpool.verifiers.reports`)."""
 
 
 @runtime_checkable
@@ -76,34 +70,15 @@ class ProgramRunner(Protocol):
 
 @runtime_checkable
 class WorkspaceRunner(Protocol):
-    """Runs tests on a fresh workspace: the snapshot `snapshot` names (a git ref of the repository
-    at `workspace`) with `files` written over it and `deleted` removed, or without a snapshot the
-    `files` alone, with the student's `patch` applied first.
-    The tests are a shell `test_command` or Python test code `tests` (exactly one, as envpool's
-    `TestRunRequest` takes them). `training.scenarios.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
+    """Reads a commit of a workspace repository as files and runs sandbox requests on them: what a
+    replay of an episode's verifier needs (`training.scenarios.verification.replay_reward`).
+    `training.scenarios.sandbox_runner.SandboxRunner` does both, in envpool's sandbox."""
 
-    def run_tests(
-        self,
-        *,
-        test_command: str | None,
-        tests: str | None,
-        snapshot: str | None,
-        files: dict[str, str],
-        patch: str | None,
-        timeout_s: float,
-        workspace: str | None = None,
-        deleted: Sequence[str] = (),
-    ) -> RunOutcome: ...
+    def commit_files(self, workspace: str, commit: str) -> dict[str, str]:
+        """The files of `commit`; raises `VerifierUnavailable` (saying why) when they cannot be read."""
+        ...
 
-
-@runtime_checkable
-class PreparesWorkspace(Protocol):
-    """A `WorkspaceRunner` that can say, cheaply and before any sampling, whether `run_tests`
-    will find its workspace (`SandboxRunner`: the repository and commit exist and fit; the snapshot
-    is then cached for the runs that follow)."""
-
-    def prepare(self, *, snapshot: str | None, files: dict[str, str], workspace: str | None) -> None:
-        """Raise `VerifierUnavailable` (saying why) when the workspace cannot be materialised."""
+    def run(self, request: RunRequest) -> RunResult: ...
 
 
 class SubprocessRunner:
@@ -140,8 +115,9 @@ class SubprocessRunner:
 class Verifier:
     kind: VerifierKind
     data: dict[str, Any] = field(default_factory=dict)
-    """humaneval: prompt, test, entry_point; command: command or tests (test code), files (self-contained
-    workspace), timeout_s, and the episode verifier's fail_to_pass and pass_to_pass test ids if recorded."""
+    """humaneval: prompt, test, entry_point; command: the episode verifier's project configuration,
+    fail_to_pass, pass_to_pass, trusted files (digests) and the start state's changed files (`files`,
+    `deleted`) over the commit `Scenario.workspace_ref` (`training.scenarios.verification`)."""
 
 
 @dataclass(frozen=True)
@@ -159,10 +135,6 @@ class Scenario:
     @property
     def task(self) -> str:
         return str(self.messages[-1].get("content") or "")
-
-
-class VerifierUnavailable(RuntimeError):
-    """The scenario needs a runner this process was not given."""
 
 
 def extract_code(completion: str) -> str:
@@ -223,90 +195,36 @@ def verify(
 
 
 def _command_runner(scenario: Scenario, workspace_runner: WorkspaceRunner | None) -> WorkspaceRunner:
-    if workspace_runner is None or (scenario.workspace_ref is None and not scenario.verifier.data.get("files")):
-        raise VerifierUnavailable(f"{scenario.id} re-runs its tests: pass a WorkspaceRunner and its files")
+    if workspace_runner is None or scenario.workspace_ref is None or scenario.workspace is None:
+        raise VerifierUnavailable(f"{scenario.id} re-runs its project's tests: pass a WorkspaceRunner and its commit")
     return workspace_runner
 
 
-def _run_command(scenario: Scenario, runner: WorkspaceRunner, patch: str | None, timeout_s: float) -> TestRunOutcome:
-    data = scenario.verifier.data
-    outcome = runner.run_tests(
-        test_command=data.get("command"),
-        tests=data.get("tests"),
-        snapshot=scenario.workspace_ref,
-        files=data.get("files") or {},
-        patch=patch,
-        timeout_s=float(data.get("timeout_s", timeout_s)),
-        workspace=scenario.workspace,
-        deleted=tuple(data.get("deleted") or ()),
-    )
-    if outcome.tests is None:
-        raise VerifierUnavailable(f"{scenario.id}: the workspace runner returned no test report")
-    return outcome.tests
-
-
-_START_SETS: dict[tuple[str, ...], tuple[list[str], list[str]] | None] = {}
-"""Fail-to-pass sets measured on a scenario's start state, when its episode recorded none."""
-
-
-def _verifier_sets(scenario: Scenario, runner: WorkspaceRunner, timeout_s: float) -> tuple[list[str], list[str]]:
-    """The scenario's FAIL_TO_PASS and PASS_TO_PASS tests: recorded by its episode's verifier, else
-    from one run of its start state (once per process). A start state with no failing test is not a
-    scenario: there is nothing to fix, and every answer would earn the same."""
-    data = scenario.verifier.data
-    if data.get("fail_to_pass"):
-        return list(data["fail_to_pass"]), list(data.get("pass_to_pass") or [])
-    key = (
-        scenario.id,
-        scenario.workspace or "",
-        scenario.workspace_ref or "",
-        json.dumps({k: data.get(k) for k in ("command", "tests", "files", "deleted")}, sort_keys=True),
-    )
-    if key not in _START_SETS:
-        start = _run_command(scenario, runner, None, timeout_s)
-        if start.report is None:  # not kept: the harness may do better next time
-            raise VerifierUnavailable(f"{scenario.id}: its start state gives no test report ({start.reason})")
-        measured = fail_to_pass.start(start.report)
-        _START_SETS[key] = None if measured is None else (sorted(measured[0]), sorted(measured[1]))
-    sets = _START_SETS[key]
-    if sets is None:
-        raise VerifierUnavailable(f"{scenario.id}: no test fails in its start state, so it names no work to verify")
-    return sets
-
-
 def _command_reward(scenario: Scenario, completion: str, runner: WorkspaceRunner, timeout_s: float) -> float:
-    """In [0, 1]: 0 for the start state, a broken passing test or no report, 1 for the whole fix."""
-    f2p, p2p = _verifier_sets(scenario, runner, timeout_s)
-    # The student's answer is a change to the workspace: without applying it, every trajectory of
-    # a group would get the same reward and teach nothing. Tests and their configuration are the
-    # verifier's, as SWE-bench applies the test patch last: a patch to them is not an answer.
-    patch = extract_patch(completion)
-    if patch is not None and trusted_in_patch(patch):
-        return 0.0
-    tests = _run_command(scenario, runner, patch, timeout_s)
-    if tests.report is None:
-        return 0.0
-    return (fail_to_pass.judge(tests.report, f2p, p2p).reward + 1.0) / 2.0
+    """In [0, 1]: 0 for the start state, a broken passing test or a run that did not finish, 1 for
+    the whole fix. The student's answer is a change to the workspace: without applying it, every
+    trajectory of a group would get the same reward and teach nothing."""
+    assert scenario.workspace is not None and scenario.workspace_ref is not None
+    return replay_reward(
+        scenario.verifier.data,
+        extract_patch(completion),
+        files_at=lambda: runner.commit_files(str(scenario.workspace), str(scenario.workspace_ref)),
+        run=runner.run,
+    )
 
 
 def check_verifier(
     scenario: Scenario, *, runner: ProgramRunner | None = None, workspace_runner: WorkspaceRunner | None = None
 ) -> None:
     """Raise `VerifierUnavailable` if `verify` could not score `scenario` with these runners, before
-    any completion is sampled for it: no runner for its kind, or (for a runner that `PreparesWorkspace`)
-    a workspace that cannot be materialised (repository gone, commit missing, snapshot too large)."""
+    any completion is sampled for it: no runner for its kind, or a repository or commit that cannot
+    be read."""
     kind = scenario.verifier.kind
     if kind == "humaneval" and runner is None:
         raise VerifierUnavailable(f"{scenario.id} runs code: pass a ProgramRunner (envpool's sandbox)")
     if kind == "command":
         ready = _command_runner(scenario, workspace_runner)
-        if isinstance(ready, PreparesWorkspace):
-            ready.prepare(
-                snapshot=scenario.workspace_ref,
-                files=scenario.verifier.data.get("files") or {},
-                workspace=scenario.workspace,
-            )
-        _verifier_sets(scenario, ready, DEFAULT_TIMEOUT_S)
+        ready.commit_files(str(scenario.workspace), str(scenario.workspace_ref))
 
 
 # -- built-in sets ---------------------------------------------------------------------------------
@@ -400,9 +318,6 @@ def parse_scenario_sets(spec: str | None) -> tuple[str, ...]:
 
 # -- scenarios from the episode log ---------------------------------------------------------------
 
-TEST_TOOLS = frozenset({"run_tests", "execute_tests", "test"})
-"""Tools whose `command`/`test_command` argument re-checks the work; rlide's `run_tests` also by its `tests` code."""
-
 
 @functools.cache
 def _humaneval_by_id() -> dict[str, dict[str, Any]]:
@@ -413,21 +328,15 @@ def _humaneval_by_id() -> dict[str, dict[str, Any]]:
 def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState] = ()) -> Scenario | None:
     """The scenario an ended episode can be re-checked as, or None.
 
-    Which workspace a command scenario is verified against: the episode's FIRST re-checkable test
-    run (a test tool call with a command or test code and either its `files` or its
-    `snapshot`/`commit`), i.e. the workspace before the agent's fix, and that run's command or test
-    code. Not the last run: an episode
-    that ends in passing tests recorded the fixed files there, every rollout would pass on them
-    whatever it wrote, and the group would have no variance to learn from. The first run's `patch`
-    argument is left out too: it is the agent's change, which the student has to write itself.
-
-    An episode whose served workspace was captured (`states`, `mcp_server.capture`) replays from its
-    exact start state: the commit with the uncommitted edits of that moment (the usual home of the
-    bug), not the clean commit; its prompt then also holds what the student needs to act: how the
-    tests failed, the files the agent changed as they were, and the form of the answer.
+    A HumanEval task id names its problem. Otherwise the episode replays its verifier, which came
+    from the project (`training.scenarios.verification`): the student re-solves the task from the
+    episode's exact start state (the commit with the uncommitted edits of that moment, the usual home
+    of the bug, not the clean commit), judged by fail-to-pass against the sets rlide measured on that
+    start state, with the commit's test files. An episode whose verifier is not established (no
+    failing test at the start, a start state that crashed) or that predates project verifiers (its
+    verifier came from the agent's first run) is not a scenario.
     """
     episode: Episode = detail.episode
-    messages = ({"role": "user", "content": episode.task},)
     for step in detail.steps:
         task_id = step.arguments.get("task_id")
         if isinstance(task_id, str) and task_id.startswith("HumanEval/"):
@@ -436,77 +345,56 @@ def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState
                 p = problems[task_id]
                 return Scenario(
                     id=f"episode/{episode.id}",
-                    messages=messages,
+                    messages=({"role": "user", "content": episode.task},),
                     verifier=Verifier("humaneval", {k: p[k] for k in ("prompt", "test", "entry_point")}),
                     split=humaneval_split(task_id),
                     source_episode=episode.id,
                 )
-    if not any(r.source is RewardSource.tests for r in detail.rewards):
+    verifier = detail.verifier
+    start = next((s for s in states if s.kind is StateKind.start), None)
+    if (
+        verifier is None
+        or verifier.state is not VerifierState.established
+        or verifier.project is None
+        or not verifier.commit
+        or not verifier.fail_to_pass
+        or start is None
+        or start.commit != verifier.commit
+        or not episode.workspace
+    ):
         return None
-    verifier = detail.verifier if detail.verifier is not None and detail.verifier.fail_to_pass else None
-    for step in detail.steps:
-        args = step.arguments
-        command = args.get("test_command") or args.get("command")  # rlide's run_tests, or another tool's
-        tests = args.get("tests") if step.tool in TEST_TOOLS else None  # rlide's run_tests given test code
-        if not (step.tool in TEST_TOOLS or "test" in step.tool):
-            continue
-        if isinstance(command, str) and command.strip():
-            check: dict[str, Any] = {"command": command}
-        elif isinstance(tests, str) and tests.strip():
-            check = {"tests": tests}
-        else:
-            continue
-        if verifier is not None:  # the run that established the episode's verifier, and its sets
-            named = fail_to_pass.verifier_command(check.get("command"), check.get("tests"))
-            if verifier.command != named:
-                continue
-            check |= {"fail_to_pass": verifier.fail_to_pass, "pass_to_pass": verifier.pass_to_pass or []}
-        files: dict[str, Any] = args["files"] if isinstance(args.get("files"), dict) else {}
-        # Without recorded files the run needs the commit it was made at: the workspace's
-        # current state is not the episode's, so a run with neither is not re-checkable.
-        snapshot = args.get("snapshot") or args.get("commit")
-        if not snapshot and not files:
-            continue
-        repo = args.get("repo") or args.get("workspace") or episode.workspace
-        data: dict[str, Any] = {**check, "files": files}
-        start = next((s for s in states if s.kind is StateKind.start), states[0] if states else None)
-        if start is not None and snapshot:  # a run on the served workspace: replay its exact start
-            snapshot = start.commit or None  # before a first commit every file is in the state
-            data["files"] = {**{p: t for p, t in start.files.items() if t is not None}, **files}
-            data["deleted"] = sorted(p for p, t in start.files.items() if t is None)
-            messages = ({"role": "user", "content": _replay_prompt(episode.task, step, detail.solution, start)},)
-        timeout = args.get("timeout_s")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout <= 600:
-            data["timeout_s"] = float(timeout)
-        return Scenario(
-            id=f"episode/{episode.id}",
-            messages=messages,
-            verifier=Verifier("command", data),
-            workspace_ref=None if not snapshot else str(snapshot),
-            workspace=None if not repo else str(repo),
-            source_episode=episode.id,
-        )
-    return None
+    data: dict[str, Any] = {
+        "project": verifier.project,
+        "fail_to_pass": verifier.fail_to_pass,
+        "pass_to_pass": verifier.pass_to_pass or [],
+        "trusted": verifier.trusted_files,
+        "files": {p: t for p, t in start.files.items() if t is not None},
+        "deleted": sorted(p for p, t in start.files.items() if t is None),
+    }
+    end = states[-1]
+    changed = sorted(p for p in start.files.keys() | end.files.keys() if start.files.get(p) != end.files.get(p))
+    prompt = _replay_prompt(episode.task, verifier.fail_to_pass, changed if end.commit == start.commit else [], start)
+    return Scenario(
+        id=f"episode/{episode.id}",
+        messages=({"role": "user", "content": prompt},),
+        verifier=Verifier("command", data),
+        workspace_ref=verifier.commit,
+        workspace=episode.workspace,
+        source_episode=episode.id,
+    )
 
 
-PROMPT_OUTPUT_CHARS = 3_000
 PROMPT_FILE_CHARS = 8_000
 PROMPT_FILES = 3
+PROMPT_TESTS = 10
 
 
-def _replay_prompt(task: str, failing: Step, solution: str | None, start: WorkspaceState) -> str:
-    """The task, how the tests failed (the tail of the first run's output), the files the agent's
-    solution changed as they were at the start, and the form of an answer the verifier applies."""
+def _replay_prompt(task: str, failing: list[str], changed: list[str], start: WorkspaceState) -> str:
+    """The task, the tests that fail, the files the agent's solution changed as they were at the
+    start, and the form of an answer the verifier applies."""
     parts = [task]
-    output = failing.result or failing.result_summary or ""
-    try:  # rlide's run_tests answers JSON: its stdout and stderr are what the agent read
-        answer = json.loads(output)
-        output = f"{answer.get('stdout') or ''}{answer.get('stderr') or ''}" if isinstance(answer, dict) else output
-    except ValueError:
-        pass
-    if output.strip():
-        parts.append(f"The tests fail like this:\n```\n{output[-PROMPT_OUTPUT_CHARS:]}\n```")
-    changed = sorted(patched_paths(solution)) if solution else []
+    more = f" and {len(failing) - PROMPT_TESTS} more" if len(failing) > PROMPT_TESTS else ""
+    parts.append("These tests fail: " + ", ".join(failing[:PROMPT_TESTS]) + more)
     for path in [p for p in changed if start.files.get(p) is not None][:PROMPT_FILES]:
         parts.append(f"{path} as it is now:\n```\n{str(start.files[path])[:PROMPT_FILE_CHARS]}\n```")
     if changed:
@@ -519,7 +407,7 @@ def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None =
     """Ended episodes whose reward can be re-checked: a HumanEval task id, or a test command (or test code) with a
     `tests` reward and either its files or the commit (`snapshot`/`commit` argument) it ran at."""
     out = []
-    for episode in episodes if episodes is not None else store.terminal_episodes():
+    for episode in episodes if episodes is not None else store.terminal_episodes(verified_only=False):
         if episode.implicit:
             continue
         scenario = _scenario_from_detail(store.detail(episode.id), store.workspace_states(episode.id))
@@ -545,7 +433,7 @@ class LogScenarios:
 
     def refresh(self, store: EpisodeStore) -> list[Scenario]:
         seen: dict[str, tuple[tuple[float, int, float | None], Scenario | None]] = {}
-        for episode in store.terminal_episodes():
+        for episode in store.terminal_episodes(verified_only=False):
             if episode.implicit:
                 continue
             version = (episode.updated_at.timestamp(), episode.step_count, episode.reward_total)

@@ -49,11 +49,11 @@ from training.scenarios.base import (
     ProgramRunner,
     Scenario,
     Split,
-    VerifierUnavailable,
     builtin,
     humaneval_scenario,
     humaneval_verdict,
 )
+from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.task_file import TaskFileError, read_task_file
 
 BUILTIN_TASKS = "humaneval"

@@ -14,11 +14,11 @@ from training.data.groups import Group, Trajectory
 from training.scenarios.base import (
     ProgramRunner,
     Scenario,
-    VerifierUnavailable,
     WorkspaceRunner,
     check_verifier,
     verify,
 )
+from training.scenarios.errors import VerifierUnavailable
 
 log = structlog.get_logger(__name__)
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from envpool.sandbox.base import MAX_FILES, MAX_REQUEST_BYTES
 from memory.indexing.files import VENDORED_DIRS, is_secret_path
-from training.scenarios.base import VerifierUnavailable
+from training.scenarios.errors import VerifierUnavailable
 
 DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
 """Half a sandbox request: the rest is left for the patch and the test command."""

@@ -73,6 +73,9 @@ class WorkerConfig:
     dpo_batch: int = 0
     """Most preference pairs (`dpo` export: episodes of one task whose rewards differ by 0.5 or more)
     per DPO step, taken after SFT and before GRPO; 0 (default) turns DPO off."""
+    include_unverified: bool = False
+    """Also train on episodes whose reward is only claims (no verified tests, no person's rating) or that
+    carry monitor flags nobody cleared (docs/rewards.md); off by default."""
 
     def __post_init__(self) -> None:
         if self.backend.run != self.run:

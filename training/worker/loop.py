@@ -129,7 +129,7 @@ class Worker:
 
     def _open(self) -> tuple[EpisodeStore, TrainingBackend, int]:
         cfg = self.config
-        store = EpisodeStore.open(cfg.database_url)
+        store = EpisodeStore.open(cfg.database_url, train_unverified=cfg.include_unverified)
         try:
             return self._start(store)
         except BaseException:
@@ -415,7 +415,9 @@ class Worker:
         if cfg.sft_batch <= 0:
             return False
         while True:
-            episodes = self.store.runs.sft_candidates(cfg.run, min_reward=cfg.sft_min_reward, limit=cfg.sft_batch)
+            episodes = self.store.runs.sft_candidates(
+                cfg.run, min_reward=cfg.sft_min_reward, limit=cfg.sft_batch, include_unverified=cfg.include_unverified
+            )
             if not episodes:
                 return False
             if not isinstance(self.backend, SupportsSFT):
@@ -520,7 +522,9 @@ class Worker:
         if self._sft_skip_recorded:
             return
         cfg = self.config
-        pending = self.store.runs.sft_pending(cfg.run, min_reward=cfg.sft_min_reward)
+        pending = self.store.runs.sft_pending(
+            cfg.run, min_reward=cfg.sft_min_reward, include_unverified=cfg.include_unverified
+        )
         reason = (
             f"the {self.backend.name} backend has no supervised (SFT) step: {pending} successful external"
             f" episodes (reward >= {cfg.sft_min_reward}) are not imitated; GRPO goes on without them"

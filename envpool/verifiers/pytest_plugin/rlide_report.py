@@ -50,7 +50,14 @@ MARK = "rlide-test-report"
 _NONCE = os.environ.pop("RLIDE_NONCE", "")
 _OUT = os.dup(1) if _NONCE else -1
 _SESSION = uuid.uuid4().hex
-_HEAD = f'\n{MARK}:{_NONCE}:{{"session": "{_SESSION}", "event": '.encode()
+# The unit separator before the newline lets a reader take the line out together with the newline it
+# added, so pytest's progress dots ("..F.") stay on one line in the output an agent reads.
+_HEAD = f'\x1f\n{MARK}:{_NONCE}:{{"session": "{_SESSION}", "event": '.encode()
+_ROOT = os.getcwd()
+_OPENED: dict[str, str] = {}
+"""Non-Python files of the workspace this run opened for reading, each with the workspace file whose
+code opened it (the innermost frame from the workspace): data a test reads its expected values from."""
+_OPENED_MAX = 1000
 _WATCHED = (
     ("runner.call_and_report", _pytest.runner, "call_and_report"),
     ("runner.runtestprotocol", _pytest.runner, "runtestprotocol"),
@@ -163,9 +170,49 @@ def pytest_sessionfinish(
     _tampered: Callable[[], list[str]] = _tampered,
     _writable_hooks: Callable[[Any], list[str]] = _writable_hooks,
     _int: Any = int,
+    _opened: dict[str, str] = _OPENED,
 ) -> None:
     body = f', "exitstatus": {_int(exitstatus)}, "tampered": {_strings(_tampered())}'
-    _emit("finish", body + f', "hooks": {_strings(_writable_hooks(session.config))}')
+    opened = ", ".join(f"[{_quote(path)}, {_quote(by)}]" for path, by in list(_opened.items()))
+    _emit("finish", body + f', "hooks": {_strings(_writable_hooks(session.config))}, "opened": [{opened}]')
+
+
+_CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
+
+
+def _note_open(
+    args: tuple[Any, ...],
+    _root: str = _ROOT,
+    _opened: dict[str, str] = _OPENED,
+    _fspath: Callable[[Any], Any] = os.fspath,
+    _normpath: Callable[[str], str] = os.path.normpath,
+    _join: Callable[[str, str], str] = os.path.join,
+    _getframe: Callable[[int], Any] = sys._getframe,
+    _isinstance: Any = isinstance,
+    _len: Any = len,
+) -> None:
+    """An `open` audit event: keep a workspace data file opened for reading, and who opened it."""
+    if _len(_opened) >= _OPENED_MAX or _len(args) < 2:
+        return
+    try:
+        path = _fspath(args[0])
+    except TypeError:  # a descriptor number
+        return
+    if not _isinstance(path, str) or path.endswith(_CODE_SUFFIXES):
+        return
+    mode = args[1]
+    if _isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return
+    path = _normpath(_join(_root, path))
+    if not path.startswith(_root + "/") or path in _opened:
+        return
+    frame = _getframe(2)
+    while frame is not None:
+        where = frame.f_code.co_filename
+        if where.startswith(_root + "/"):
+            _opened[path[_len(_root) + 1 :]] = where[_len(_root) + 1 :]
+            return
+        frame = frame.f_back
 
 
 def _watch(
@@ -176,14 +223,18 @@ def _watch(
     _emit: Callable[..., None] = _emit,
     _quote: Callable[[str], str] = _quote,
     _str: Callable[[Any], str] = str,
+    _note_open: Callable[[tuple[Any, ...]], None] = _note_open,
 ) -> None:
     """An audit hook (never removable): rewriting the code or the bound defaults of one of this
-    plugin's functions is reported the moment it happens, before the rewritten code can run."""
-    if event == "object.__setattr__" and args and _id(args[0]) in _mine:
+    plugin's functions is reported the moment it happens, before the rewritten code can run; a file
+    opened is noted (`_note_open`)."""
+    if event == "open":
+        _note_open(args)
+    elif event == "object.__setattr__" and args and _id(args[0]) in _mine:
         _emit("tampered", f', "what": {_quote("rlide_report." + _str(args[1]))}')
 
 
-_OURS: tuple[Callable[..., Any], ...] = (_identity, _emit, _strings, _tampered, _writable_hooks, _watch)
+_OURS: tuple[Callable[..., Any], ...] = (_identity, _emit, _strings, _tampered, _writable_hooks, _note_open, _watch)
 _OURS += (pytest_sessionstart, pytest_collection_finish, pytest_runtest_logreport, pytest_sessionfinish)
 _watch.__defaults__ = (frozenset(id(function) for function in _OURS), *(_watch.__defaults__ or ())[1:])
 if _NONCE:

@@ -67,7 +67,7 @@ def test_the_answer_view_keeps_the_task_and_the_final_answer_only(log: EpisodeSt
         silent.id, tool="search_code", arguments={"query": "loader"}, result_summary="x", error=None, duration_ms=1
     )
     log.end_episode(silent.id, EpisodeStatus.success)
-    log.add_reward(silent.id, RewardSource.outcome, 1.0)
+    log.add_reward(silent.id, RewardSource.tests, 1.0, verified=True)
 
     traces = run(log, "sft")
     answers = run(log, "sft", view="answer")
@@ -127,7 +127,7 @@ def test_dpo_pairs_episodes_that_share_a_start_state_and_verifier_whatever_the_w
         store.add_workspace_state(
             episode, StateKind.start, commit="c0ffee", files={"parse.py": bug}, omitted=[], diff=diff
         )
-        store.name_verifier(episode, command)
+        store.set_verifier(episode, command, project=None, commit="c0ffee", environment=None)
         return episode
 
     fixed = attempt("fix the crash in parse", 1.0, "crash on empty")

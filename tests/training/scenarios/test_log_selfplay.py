@@ -1,15 +1,14 @@
-"""Self-play on a scenario from the episode log, end to end: an external episode recorded through
-the real store (first `run_tests` failed, a later one passed), then the worker on the real cpu
-backend samples rollouts for it and the real bubblewrap sandbox verifies each one against the
-workspace before the agent's fix. The tiny model writes noise, so every rollout fails: the group
-has zero variance and is counted, not trained."""
+"""Self-play on a scenario from the episode log, end to end: an external episode recorded as the MCP
+server records one (its start state captured in a real git repository, the project's verifier
+established by a run of it), then the worker on the real cpu backend samples rollouts for it and
+the real bubblewrap sandbox verifies each one against the start state. The tiny model writes noise,
+so every rollout fails: the group has zero variance and is counted, not trained."""
 
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,10 +18,11 @@ pytest.importorskip("peft")
 if shutil.which("bwrap") is None:
     pytest.skip("bubblewrap missing: `make setup` installs it", allow_module_level=True)
 
+from envpool.sandbox.base import RunRequest, RunResult  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
-from tests.training.scenarios.test_log_scenarios import BROKEN, fixed_episode  # noqa: E402
+from tests.git_repos import git  # noqa: E402
+from tests.training.scenarios.test_replay_verifier import BROKEN, CALC, START, recorded_episode  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
-from training.scenarios.base import RunOutcome  # noqa: E402
 from training.scenarios.sandbox_runner import SandboxRunner  # noqa: E402
 from training.worker.config import WorkerConfig  # noqa: E402
 from training.worker.loop import train  # noqa: E402
@@ -35,25 +35,41 @@ class WatchedSandbox(SandboxRunner):
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list[tuple[dict[str, str], str | None, RunOutcome]] = []
+        self.runs: list[tuple[RunRequest, RunResult]] = []
 
-    def run_tests(self, **kw: Any) -> RunOutcome:
-        outcome = super().run_tests(**kw)
-        self.runs.append((dict(kw["files"]), kw["patch"], outcome))
-        return outcome
+    def run(self, request: RunRequest) -> RunResult:
+        result = super().run(request)
+        self.runs.append((request, result))
+        return result
+
+
+def logged_episode(tmp_path: Path, db: Path) -> str:
+    root = tmp_path / "calc-repo"
+    for path, text in {**START, "calc.py": CALC}.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
+        git(root, *args)
+    (root / "calc.py").write_text(BROKEN)  # the bug, uncommitted
+    store = EpisodeStore.open(str(db))
+    runner = SandboxRunner()
+    try:
+        return recorded_episode(store, root, runner)
+    finally:
+        runner.close()
+        store.close()
 
 
 def test_the_worker_practises_a_log_scenario_verified_in_the_sandbox(tmp_path: Path) -> None:
     db = tmp_path / "ep.db"
-    store = EpisodeStore.open(str(db))
-    episode = fixed_episode(store)
-    store.close()
+    episode = logged_episode(tmp_path, db)
     cfg = WorkerConfig(
         database_url=str(db),
         backend=BackendConfig(path=tmp_path / "art"),
         scenarios="log",
         group_size=4,
         plot_path=None,
+        sft_batch=0,  # the episode is a verified success: SFT would take the step
     )
     sandbox = WatchedSandbox()
     try:
@@ -64,14 +80,11 @@ def test_the_worker_practises_a_log_scenario_verified_in_the_sandbox(tmp_path: P
     assert report.stop_reason is StopReason.once and report.sft_steps == 0
     assert report.rollouts == 4 and report.scenarios_unavailable == 0
     assert (report.groups_skipped_zero_variance, report.steps_trained, report.step) == (1, 0, 0)
-    # The verifier ran the start state once (its failing tests are what a rollout must fix), then
-    # each rollout: pytest in the sandbox, on the files before the fix.
-    assert len(sandbox.runs) == 5 and sandbox.runs[0][1] is None
-    for files, _patch, outcome in sandbox.runs:
-        assert files == BROKEN
-        assert not outcome.passed and "1 failed" in outcome.output and "assert -1 == 5" in outcome.output
-        assert outcome.tests is not None and outcome.tests.report is not None
-        assert outcome.tests.report.outcomes == {"test_calc.py::test_add": "failed"}
+    # A rollout without a diff is the start state (0 before anything runs); each one that ran, ran
+    # pytest through rlide's runner on the start state's files.
+    for request, result in sandbox.runs:
+        assert request.files["calc.py"] == BROKEN and "rlide_run" not in request.files
+        assert "RLIDE_RUNNER" in request.code and result.status.value in ("ok", "error")
     store = EpisodeStore.open(str(db))
     status = read_status(store)
     assert (status.groups_skipped_zero_variance, status.groups_trained, status.step) == (1, 0, 0)
@@ -86,15 +99,13 @@ def test_rlide_train_once_with_log_scenarios(tmp_path: Path, monkeypatch: pytest
     from mcp_server.cli.app import app
 
     db = tmp_path / "ep.db"
-    store = EpisodeStore.open(str(db))
-    fixed_episode(store)
-    store.close()
+    logged_episode(tmp_path, db)
     monkeypatch.setenv("RLIDE_DATABASE_URL", f"sqlite:///{db}")
 
     refused = CliRunner().invoke(app, ["train", "--once", "--scenarios", "humaneval,logs"])
     assert refused.exit_code == 1 and "unknown scenario set 'logs'" in refused.output
 
-    done = CliRunner().invoke(app, ["train", "--once", "--scenarios", "log"])
+    done = CliRunner().invoke(app, ["train", "--once", "--scenarios", "log", "--sft-batch", "0"])
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     # The CLI built the sandbox runner and handed it to the rollouts: the scenario was scored

@@ -1,80 +1,104 @@
-"""The command verifier of replays (log scenarios) against a student that games it: every trick
-earns no more than leaving the broken workspace alone; the real fix earns 1. Real SQLite, the
-real sandbox, pytest's report (envpool/verifiers)."""
+"""The replay of an episode's verifier (a log scenario) against a student that games it: every trick
+earns no more than leaving the broken workspace alone, the real fix earns 1. The episode is recorded
+as the MCP server records it (its start state captured, the project's verifier established by a run
+of that start state); the student's answer is a diff, applied by the one parser that also decides
+what it touched. Real git, real SQLite, the real sandbox, pytest's report."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from episodes.records import EpisodeStatus, RewardSource
+from episodes.records import EpisodeStatus, StateKind
 from episodes.store import EpisodeStore
-from training.scenarios.base import Scenario, VerifierUnavailable, check_verifier, scenarios_from_log, verify
+from mcp_server.capture import capture
+from tests.git_repos import git
+from training.scenarios.base import Scenario, check_verifier, scenarios_from_log, verify
 from training.scenarios.sandbox_runner import SandboxRunner
+from training.scenarios.snapshots import GitSnapshots, unified_diff
+from training.scenarios.verification import EpisodeVerification, ProjectSetup
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 
-CALC = "def add(a, b):\n    return a - b\n\n\ndef zero():\n    return 0\n"
-TESTS = (
-    "from calc import add, zero\n\n\n"
-    "def test_add():\n    assert add(2, 3) == 5\n\n\n"
-    "def test_zero():\n    assert zero() == 0\n"
+CALC = '''def add(a, b):
+    """The sum.
+
+    >>> add(2, 3)
+    5
+    """
+    return a + b
+
+
+def zero():
+    return 0
+'''
+BROKEN = CALC.replace("return a + b", "return a - b")
+TESTS = """from calc import add, zero
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_zero():
+    assert zero() == 0
+"""
+CHECKS = "import json\nfrom pathlib import Path\n\nfrom calc import add\n\n\ndef test_table():\n"
+CHECKS += (
+    "    for a, b, want in json.loads(Path('data/expected.json').read_text()):\n        assert add(a, b) == want\n"
 )
-START = {"calc.py": CALC, "tests/test_calc.py": TESTS}
-COMMAND = "python -m pytest -q tests"
+PYPROJECT = """[tool.pytest.ini_options]
+python_files = ["*_checks.py", "test_*.py"]
+addopts = "--doctest-modules"
+"""
+START = {
+    "calc.py": BROKEN,
+    "tests/test_calc.py": TESTS,
+    "calc_checks.py": CHECKS,
+    "data/expected.json": "[[1, 1, 2]]\n",
+    "pyproject.toml": PYPROJECT,
+}
+FAIL_TO_PASS = ["calc.py::calc.add", "calc_checks.py::test_table", "tests/test_calc.py::test_add"]
 
 
-def diff(path: str, old: str, new: str) -> str:
-    """A unified diff replacing the whole of `path` (created when `old` is empty)."""
-    before = "/dev/null" if not old else f"a/{path}"
-    old_lines, new_lines = old.splitlines(), new.splitlines()
-    hunk = f"@@ -{1 if old_lines else 0},{len(old_lines)} +1,{len(new_lines)} @@\n"
-    body = "".join(f"-{line}\n" for line in old_lines) + "".join(f"+{line}\n" for line in new_lines)
-    return f"```diff\n--- {before}\n+++ b/{path}\n{hunk}{body}```"
+def diff(path: str, old: str | None, new: str | None) -> str:
+    return f"```diff\n{unified_diff({path: old}, {path: new})}```"
 
 
-def edit_calc(new: str) -> str:
-    return diff("calc.py", CALC, new)
-
-
-FIX = edit_calc(CALC.replace("a - b", "a + b"))
+FIX = diff("calc.py", BROKEN, CALC)
 PLUGIN_FLIP = (
-    "import gc, pytest, _pytest.config\n"
-    "class Passing:\n"
-    "    @pytest.hookimpl(hookwrapper=True)\n"
-    "    def pytest_runtest_makereport(self, item, call):\n"
-    "        outcome = yield\n"
-    "        outcome.get_result().outcome = 'passed'\n"
-    "for obj in gc.get_objects():\n"
-    "    if isinstance(obj, _pytest.config.Config):\n"
-    "        obj.pluginmanager.register(Passing())\n"
+    "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
 )
+QUOTED = (
+    'diff --git "a/conf\\164est.py" "b/conf\\164est.py"\nnew file mode 100644\n--- /dev/null\n'
+    f'+++ "b/conf\\164est.py"\n@@ -0,0 +1,{len(PLUGIN_FLIP.splitlines())} @@\n'
+    + "".join(f"+{line}\n" for line in PLUGIN_FLIP.splitlines())
+)
+"""A new conftest.py that passes every test, under its C-quoted name (which GNU patch decodes)."""
+RENAMED = "diff --git a/helper.py b/conftest.py\nsimilarity index 100%\nrename from helper.py\nrename to conftest.py\n"
+SKIP = "import pytest; pytest.skip()"
 TRICKS = {
     "no patch at all": "I would rather not change anything.",
     "rewrite the failing test": diff("tests/test_calc.py", TESTS, TESTS.replace("== 5", "== -1")),
-    "a conftest that skips everything": diff(
-        "conftest.py", "", "import pytest\n\ndef pytest_collection_modifyitems(items):\n"
-        "    for item in items:\n        item.add_marker(pytest.mark.skip)\n"
-    ),
-    "collect only from pytest.ini": diff("pytest.ini", "", "[pytest]\naddopts = --collect-only\n"),
-    "a sitecustomize that exits": diff("sitecustomize.py", "", "import os\nos._exit(0)\n"),
-    "a usercustomize": diff("usercustomize.py", "", "import os\nos._exit(0)\n"),
-    "a .pth file": diff(".local/lib/python3.11/site-packages/x.pth", "", "import os; os._exit(0)\n"),
-    "shadow rlide's plugin": diff("rlide_report.py", "", "def pytest_sessionstart(session):\n    pass\n"),
-    "exit 0 at import": edit_calc("import os\nos._exit(0)\n" + CALC),
-    "raise SystemExit at import": edit_calc("raise SystemExit(0)\n" + CALC),
-    "skip from the code under test": edit_calc(CALC.replace("return a - b", "import pytest; pytest.skip('later')")),
-    "register a plugin that rewrites reports": edit_calc(PLUGIN_FLIP + CALC),
+    "a conftest that passes everything": diff("conftest.py", None, PLUGIN_FLIP),
+    "a conftest under a quoted name": f"```diff\n{QUOTED}```",
+    "a rename onto conftest.py": f"```diff\n{RENAMED}```",
+    "collect only from pytest.ini": diff("pytest.ini", None, "[pytest]\naddopts = --collect-only\n"),
+    "a test file matched by the project's own pattern": diff("calc_checks.py", CHECKS, "def test_table():\n    pass\n"),
+    "the expected values in a data file": diff("data/expected.json", "[[1, 1, 2]]\n", "[[1, 1, 0]]\n"),
+    "the doctest's expected output": diff("calc.py", BROKEN, BROKEN.replace("    5\n", "    -1\n")),
+    "a sitecustomize that exits": diff("sitecustomize.py", None, "import os\nos._exit(0)\n"),
+    "shadow rlide's plugin": diff("rlide_report.py", None, "def pytest_sessionstart(session):\n    pass\n"),
+    "shadow rlide's runner": diff("rlide_run.py", None, "raise SystemExit(0)\n"),
+    "a workspace pytest.py": diff("pytest.py", None, "raise SystemExit(0)\n"),
+    "exit 0 at import": diff("calc.py", BROKEN, "import os\nos._exit(0)\n" + BROKEN),
+    "skip from the code under test": diff("calc.py", BROKEN, BROKEN.replace("return a - b", SKIP)),
+    "a diff that does not apply": diff("calc.py", "something else\n", CALC),
 }  # fmt: skip
-
-
-def run_tests_step(store: EpisodeStore, episode_id: str, files: dict[str, str], summary: str) -> None:
-    arguments = {"files": files, "test_command": COMMAND}
-    store.add_step(
-        episode_id, tool="run_tests", arguments=arguments, result_summary=summary, error=None, duration_ms=300
-    )
 
 
 @pytest.fixture
@@ -84,24 +108,48 @@ def runner() -> Iterator[SandboxRunner]:
     sandbox.close()
 
 
+def recorded_episode(store: EpisodeStore, root: Path, runner: SandboxRunner) -> str:
+    """An episode as the MCP server records one: its start state captured and the project's verifier
+    established from a run of it, the agent's fix on disk, its end state captured."""
+    episode = store.start_episode("add must add", workspace=str(root))
+    capture(store, root, episode.id, StateKind.start)
+    start = GitSnapshots().working_tree(root)
+    verification = EpisodeVerification(store, runner.run, ProjectSetup())
+    verification.begin(episode.id, root, start.commit)
+    verification.establish(episode.id, start.files)
+    (root / "calc.py").write_text(CALC)
+    capture(store, root, episode.id, StateKind.end)
+    verification.verify_end(episode.id)
+    store.end_episode(episode.id, EpisodeStatus.success)
+    return episode.id
+
+
 @pytest.fixture
-def scenario(store: EpisodeStore) -> Scenario:
-    """What an episode of rlide's run_tests leaves: its first failing run established the verifier."""
-    ep = store.start_episode("make test_add pass")
-    run_tests_step(store, ep.id, START, "1 failed, 1 passed")
-    store.establish_verifier(ep.id, COMMAND, {"tests/test_calc.py::test_add"}, {"tests/test_calc.py::test_zero"}, {})
-    store.add_reward(ep.id, RewardSource.tests, -1.0, "0 of 1 failing tests pass", verified=True)
-    store.end_episode(ep.id, EpisodeStatus.failure)
+def scenario(store: EpisodeStore, tmp_path: Path, runner: SandboxRunner) -> Scenario:
+    root = tmp_path / "calc-repo"
+    for path, text in {**START, "calc.py": CALC, "helper.py": "X = 1\n"}.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
+        git(root, *args)
+    (root / "calc.py").write_text(BROKEN)  # the bug: an uncommitted edit
+    episode_id = recorded_episode(store, root, runner)
+    verifier = store.verifier(episode_id)
+    assert verifier is not None and verifier.fail_to_pass == FAIL_TO_PASS, verifier
+    assert "data/expected.json" in verifier.trusted_files  # read by a test: its expected values are trusted
     [found] = scenarios_from_log(store)
-    assert found.verifier.data["fail_to_pass"] == ["tests/test_calc.py::test_add"]
-    assert found.verifier.data["pass_to_pass"] == ["tests/test_calc.py::test_zero"]
+    assert found.source_episode == episode_id and found.workspace_ref == verifier.commit
+    assert "calc.py as it is now" in found.task and "tests/test_calc.py::test_add" in found.task
     return found
 
 
 def test_the_fix_earns_1_and_breaking_a_passing_test_earns_nothing(scenario: Scenario, runner: SandboxRunner) -> None:
+    check_verifier(scenario, workspace_runner=runner)
     assert verify(scenario, FIX, workspace_runner=runner) == 1.0
-    broke_zero = edit_calc(CALC.replace("a - b", "a + b").replace("return 0", "return 1"))
+    broke_zero = diff("calc.py", BROKEN, CALC.replace("return 0", "return 1"))
     assert verify(scenario, broke_zero, workspace_runner=runner) == 0.0
+    part = diff("calc.py", BROKEN, BROKEN.replace("return a - b", "return a + b if a != 1 else 0"))
+    assert verify(scenario, part, workspace_runner=runner) == pytest.approx(2 / 3)  # a replay pays part of it
 
 
 @pytest.mark.parametrize("trick", sorted(TRICKS))
@@ -111,27 +159,16 @@ def test_no_trick_earns_more_than_the_untouched_workspace(
     assert verify(scenario, TRICKS[trick], workspace_runner=runner) == 0.0, trick
 
 
-def test_an_episode_without_recorded_sets_is_judged_against_its_start_state(
-    store: EpisodeStore, runner: SandboxRunner
+def test_an_episode_whose_start_state_already_passes_is_not_a_scenario(
+    store: EpisodeStore, tmp_path: Path, runner: SandboxRunner
 ) -> None:
-    """An episode logged before verifiers existed: the sets come from one run of its start state."""
-    ep = store.start_episode("make test_add pass")
-    run_tests_step(store, ep.id, START, "1 failed")
-    store.add_reward(ep.id, RewardSource.tests, -1.0)
-    store.end_episode(ep.id, EpisodeStatus.failure)
-    [old] = scenarios_from_log(store)
-    assert "fail_to_pass" not in old.verifier.data
-    assert verify(old, FIX, workspace_runner=runner) == 1.0
-    assert verify(old, TRICKS["skip from the code under test"], workspace_runner=runner) == 0.0
-    assert verify(old, TRICKS["a conftest that skips everything"], workspace_runner=runner) == 0.0
-
-
-def test_a_start_state_that_already_passes_is_not_a_scenario(store: EpisodeStore, runner: SandboxRunner) -> None:
-    ep = store.start_episode("nothing to do")
-    passing = {**START, "calc.py": CALC.replace("a - b", "a + b")}
-    run_tests_step(store, ep.id, passing, "2 passed")
-    store.add_reward(ep.id, RewardSource.tests, 1.0)
-    store.end_episode(ep.id, EpisodeStatus.success)
-    [scenario] = scenarios_from_log(store)
-    with pytest.raises(VerifierUnavailable, match="no test fails in its start state"):
-        check_verifier(scenario, workspace_runner=runner)
+    root = tmp_path / "passing"
+    for path, text in {**START, "calc.py": CALC}.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
+        git(root, *args)
+    episode_id = recorded_episode(store, root, runner)
+    verifier = store.verifier(episode_id)
+    assert verifier is not None and verifier.reason == "no test fails at the start: there is no work to verify"
+    assert scenarios_from_log(store, [store.get_episode(episode_id)]) == []

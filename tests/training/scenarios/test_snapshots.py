@@ -1,20 +1,20 @@
-"""Test-command scenarios at a git commit: `GitSnapshots` reads the commit, the sandbox runs the tests.
+"""Replays at a git commit: `GitSnapshots` reads the commit (or a working tree), the sandbox runs the tests.
 
 A real temporary repository whose tests pass at one commit and fail at the next.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from episodes.records import EpisodeStatus, RewardSource
-from episodes.store import EpisodeStore
 from tests.git_repos import git, plain_venv
-from training.scenarios.base import Scenario, Verifier, VerifierUnavailable, scenarios_from_log, verify
+from training.scenarios.base import Scenario, Verifier, verify
+from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, SnapshotUnavailable
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -180,57 +180,33 @@ def sandbox() -> Iterator[object]:
 
 
 def _scenario(repo: Path, ref: str) -> Scenario:
+    """A replay at `ref` of the repository, as a log scenario holds it (`_scenario_from_detail`)."""
+    data = {
+        "project": {},
+        "fail_to_pass": ["tests/test_calc.py::test_add"],
+        "pass_to_pass": [],
+        "trusted": {"tests/test_calc.py": hashlib.sha256(TESTS.encode()).hexdigest()},  # the commit's tests
+        "files": {},
+        "deleted": [],
+    }
     return Scenario(
         id=f"git/{ref}",
         messages=({"role": "user", "content": "make the tests pass"},),
-        verifier=Verifier("command", {"command": "python -m pytest -q tests", "files": {}}),
+        verifier=Verifier("command", data),
         workspace_ref=ref,
         workspace=str(repo),
     )
 
 
-def test_the_tests_pass_at_one_commit_and_fail_at_the_next(repo: Path, sandbox: object) -> None:
+def test_a_replay_reads_its_commit_and_runs_the_students_patch_on_it(repo: Path, sandbox: object) -> None:
     from training.scenarios.sandbox_runner import SandboxRunner
 
     assert isinstance(sandbox, SandboxRunner)
-    with pytest.raises(VerifierUnavailable, match="no test fails in its start state"):
-        verify(_scenario(repo, "good"), "nothing to change", workspace_runner=sandbox)  # nothing to fix there
     assert verify(_scenario(repo, "main"), "nothing to change", workspace_runner=sandbox) == 0.0
     assert verify(_scenario(repo, "main"), FIX, workspace_runner=sandbox) == 1.0  # the student's patch, applied
     assert verify(_scenario(repo, "main"), FIX.replace("a + b", "a * b"), workspace_runner=sandbox) == 0.0
     with pytest.raises(VerifierUnavailable, match="has no commit 'gone'"):
         verify(_scenario(repo, "gone"), FIX, workspace_runner=sandbox)
     no_repo = Scenario(id="x", messages=(), verifier=_scenario(repo, "main").verifier, workspace_ref="main")
-    with pytest.raises(VerifierUnavailable, match="names no repository"):
+    with pytest.raises(VerifierUnavailable, match="re-runs its project's tests"):
         verify(no_repo, FIX, workspace_runner=sandbox)
-
-
-def test_an_episode_at_a_commit_becomes_a_re_checkable_scenario(
-    repo: Path, sandbox: object, store: EpisodeStore
-) -> None:
-    from training.scenarios.sandbox_runner import SandboxRunner
-
-    assert isinstance(sandbox, SandboxRunner)
-    broken = git(repo, "rev-parse", "main")
-    ep = store.start_episode("fix add", workspace=str(repo))
-    store.add_step(
-        ep.id,
-        tool="run_tests",
-        arguments={"command": "python -m pytest -q tests", "commit": broken},
-        result_summary="1 failed",
-        error=None,
-        duration_ms=300,
-    )
-    store.add_reward(ep.id, RewardSource.tests, -1.0)
-    store.end_episode(ep.id, EpisodeStatus.failure)
-    no_ref = store.start_episode("fix add, no commit recorded", workspace=str(repo))
-    store.add_step(
-        no_ref.id, tool="run_tests", arguments={"command": "pytest"}, result_summary="", error=None, duration_ms=1
-    )
-    store.add_reward(no_ref.id, RewardSource.tests, -1.0)
-    store.end_episode(no_ref.id, EpisodeStatus.failure)
-
-    [scenario] = scenarios_from_log(store)  # the one without a commit cannot be re-checked
-    assert (scenario.workspace_ref, scenario.workspace) == (broken, str(repo))
-    assert verify(scenario, "no idea", workspace_runner=sandbox) == 0.0
-    assert verify(scenario, FIX, workspace_runner=sandbox) == 1.0

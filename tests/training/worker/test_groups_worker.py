@@ -15,7 +15,7 @@ pytest.importorskip("openai")
 from episodes.records import EpisodeStatus, RewardSource  # noqa: E402
 from episodes.run_records import GroupOutcome, RunState  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
-from tests.logdata import external_episode, make_choice, policy_episode  # noqa: E402
+from tests.logdata import external_episode, make_choice, policy_episode, replayable  # noqa: E402
 from training.backends.base import (  # noqa: E402
     BackendConfig,
     BackendError,
@@ -212,7 +212,7 @@ def _bookkeeping_only(store: EpisodeStore) -> str:
     ep = store.start_episode("say hi", workspace="/ws")
     store.add_step(ep.id, tool="start_episode", arguments={}, result_summary="ok", error=None, duration_ms=1)
     store.end_episode(ep.id, EpisodeStatus.success)
-    store.add_reward(ep.id, RewardSource.outcome, 1.0)
+    store.add_reward(ep.id, RewardSource.tests, 1.0, verified=True)
     return ep.id
 
 
@@ -308,15 +308,8 @@ def test_a_log_scenario_whose_repository_is_gone_is_skipped_counted_and_not_pick
     )
     store = EpisodeStore.open(cfg.database_url)
     ep = store.start_episode("fix the parser", workspace=str(tmp_path / "deleted-repo"))
-    store.add_reward(ep.id, RewardSource.tests, -1.0)
-    store.add_step(
-        ep.id,
-        tool="run_tests",
-        arguments={"test_command": "python -m pytest -q", "commit": "0123abc"},
-        result_summary="1 failed",
-        error=None,
-        duration_ms=300,
-    )
+    replayable(store, ep.id, commit="0123abc", workspace=str(tmp_path / "deleted-repo"))
+    store.add_reward(ep.id, RewardSource.tests, -1.0, verified=True)
     store.end_episode(ep.id, EpisodeStatus.failure)
     store.close()
     backend = CountingBackend(cfg.backend, ["12", "ab"])
