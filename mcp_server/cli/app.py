@@ -339,7 +339,7 @@ def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
     """Show one episode with its steps, its policy turns (for the student's episodes) and rewards."""
     from episodes.codec import as_message
     from episodes.db import EpisodeNotFound
-    from episodes.records import EpisodeSource
+    from episodes.records import EpisodeSource, RewardSource
 
     store = open_store()
     try:
@@ -377,7 +377,20 @@ def episodes_show(episode_id: str, as_json: JsonFlag = False) -> None:
             f" answer {b['completion_tokens']} tokens: {answer!r}"
         )
     for r in detail.rewards:
-        typer.echo(f"  reward {r.source.value}: {r.value:+.2f} {one_line(r.comment or '', 120)}")
+        kind = "" if r.verified or r.source is not RewardSource.feedback else " (the agent's own rating: a claim)"
+        typer.echo(f"  reward {r.source.value}{kind}: {r.value:+.2f} {one_line(r.comment or '', 120)}")
+    if detail.verifier is not None:
+        v = detail.verifier
+        typer.echo(f"verifier: {v.command or 'none'} ({v.state.value}){': ' + v.reason if v.reason else ''}")
+        if v.verdict is not None:
+            typer.echo(f"  end state: {v.verdict.line}")
+    typer.echo(f"reward: {e.reward_total}  {'verified' if e.verified else 'unverified: only claims, never trained on'}")
+    for flag in detail.flags:
+        where = f" {flag.path}:{flag.line}" if flag.path else ""
+        cleared = f" (cleared by {flag.cleared_by})" if flag.cleared_by else ""
+        typer.echo(f"  flag {flag.kind}{where}: {flag.detail}{cleared}")
+    if e.flags:
+        typer.echo(f"  not trained on until a person clears it: rlide episodes clear-flags {e.id}")
 
 
 def one_line(text: str, width: int) -> str:

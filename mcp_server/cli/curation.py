@@ -77,6 +77,16 @@ def include(episode_id: str, reason: Reason = None) -> None:
     typer.echo(f"included {episode_id}", err=True)
 
 
+def clear_flags(episode_id: str, author: Author = None, comment: Reason = None) -> None:
+    """Say you read a flagged episode's change (`rlide episodes show` lists the monitor's flags): it may
+    be trained on again. Its reward is unchanged."""
+    who = _author(author)
+    cleared = _with_store(lambda store: store.clear_flags(episode_id, author=who, comment=comment))
+    typer.echo(
+        f"cleared {cleared} flags of {episode_id}" if cleared else f"{episode_id} has no flag to clear", err=True
+    )
+
+
 def _author(author: str | None) -> str:
     import getpass
 
@@ -156,3 +166,4 @@ def history(
 def register(episodes_app: typer.Typer) -> None:
     for command in (delete, relabel, exclude, include, rate, prefer, preferences, history):
         episodes_app.command()(command)
+    episodes_app.command("clear-flags")(clear_flags)

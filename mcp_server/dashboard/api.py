@@ -60,6 +60,11 @@ class ExcludeBody(_Body):
     reason: str | None = Field(None, max_length=4_000)
 
 
+class ClearFlagsBody(_Body):
+    author: str = Field(min_length=1, max_length=200)
+    comment: str | None = Field(None, max_length=4_000)
+
+
 class DeleteBody(_Body):
     confirm: str = Field(description="The episode's id again: a deletion cannot be undone.")
     reason: str | None = Field(None, max_length=4_000)
@@ -174,6 +179,7 @@ class DashboardApi:
             Route("/api/episodes/{episode_id}/rate", e(self.rate), methods=["POST"]),
             Route("/api/episodes/{episode_id}/relabel", e(self.relabel), methods=["POST"]),
             Route("/api/episodes/{episode_id}/exclude", e(self.exclude), methods=["POST"]),
+            Route("/api/episodes/{episode_id}/clear-flags", e(self.clear_flags), methods=["POST"]),
             Route("/api/preferences", e(self.preferences), methods=["GET"]),
             Route("/api/preferences", e(self.prefer), methods=["POST"]),
             Route("/api/training", e(self.training)),
@@ -225,6 +231,7 @@ class DashboardApi:
             "steps": steps,
             "rewards": [r.model_dump(mode="json") for r in detail.rewards],
             "verifier": verifier,
+            "flags": [f.model_dump(mode="json") for f in detail.flags],
             "solution": None if detail.solution is None else detail.solution[:DIFF_MAX_CHARS],
             "states": states,
             "turns": [_turn(t) for t in self.store.turns.policy_turns(episode_id)],
@@ -262,6 +269,12 @@ class DashboardApi:
         body = call.parse(ExcludeBody)
         episode = self.store.exclude_episode(call.path["episode_id"], excluded=body.excluded, reason=body.reason)
         return episode.model_dump(mode="json")
+
+    def clear_flags(self, call: Call) -> dict[str, Any]:
+        """A person read the flagged change: the episode may be trained on (its reward stays what it is)."""
+        body = call.parse(ClearFlagsBody)
+        self.store.clear_flags(call.path["episode_id"], author=body.author, comment=body.comment)
+        return self.store.get_episode(call.path["episode_id"]).model_dump(mode="json")
 
     def delete(self, call: Call) -> dict[str, Any]:
         body = call.parse(DeleteBody)

@@ -133,7 +133,8 @@ async function episodesView() {
     const page = await api(`/api/episodes?${query}&limit=${limit}&offset=${offset}`);
     body.replaceChildren(...page.episodes.map((e) => h("tr", { class: "row", dataset: { test: "episode-row", id: e.id }, onclick: () => { location.hash = "#/episode/" + e.id; } },
       h("td", {}, when(e.created_at)),
-      h("td", {}, badge(e.status), e.excluded ? [" ", badge("excluded")] : null),
+      h("td", {}, badge(e.status), e.excluded ? [" ", badge("excluded")] : null, e.verified ? null : [" ", badge("unverified")],
+        e.flags ? [" ", badge("flagged")] : null),
       h("td", {}, e.source),
       h("td", {}, reward(e.reward_total), h("div", { class: "components" }, components(e))),
       h("td", {}, String(e.step_count + e.turn_count)),
@@ -211,6 +212,22 @@ async function episodeView(id) {
   const rewards = h("table", {}, h("thead", {}, h("tr", {}, ["source", "value", "verified", "comment", "when"].map((x) => h("th", {}, x)))),
     h("tbody", {}, d.rewards.map((r) => h("tr", { dataset: { test: "reward" } }, h("td", {}, r.source), h("td", {}, reward(r.value)), h("td", {}, r.verified ? "yes" : ""), h("td", {}, r.comment || ""), h("td", {}, when(r.created_at))))));
   const history = d.history.map((c) => h("li", {}, `${when(c.created_at)} ${c.action} `, h("span", { class: "muted" }, JSON.stringify(c.detail))));
+  const v = d.verifier;
+  const verification = v ? h("div", { class: "card", dataset: { test: "verification" } },
+    h("h2", {}, "Verification"),
+    h("p", {}, "verifier ", h("code", {}, v.command || "none"), ` · ${v.state}`, v.commit ? ` · tests from ${v.commit.slice(0, 12)}` : "",
+      v.reason ? [" · ", h("span", { class: "muted" }, v.reason)] : null),
+    v.fail_to_pass ? h("p", { class: "muted" }, `must come to pass: ${v.fail_to_pass.join(", ")}`) : null,
+    v.verdict ? h("p", { dataset: { test: "verdict" } }, "end state: ", reward(v.verdict.reward), " ", v.verdict.line) : null) : null;
+  const open = d.flags.filter((f) => !f.cleared_at);
+  const flags = d.flags.length ? h("div", { class: "card", dataset: { test: "flags" } },
+    h("h2", {}, open.length ? `Flagged: not trained on until cleared (${open.length})` : "Flags (cleared)"),
+    h("ul", {}, d.flags.map((f) => h("li", { dataset: { test: "flag" } }, h("b", {}, f.kind), f.path ? ` ${f.path}${f.line ? ":" + f.line : ""}` : "", ` — ${f.detail}`,
+      f.cleared_at ? h("span", { class: "muted" }, ` (cleared by ${f.cleared_by})`) : null))),
+    open.length ? h("button", { dataset: { test: "clear-flags" }, onclick: async () => {
+      await act(api(`/api/episodes/${id}/clear-flags`, { method: "POST", body: { author: author() } }), "flags cleared");
+      refresh();
+    } }, "I read the change: clear the flags") : null) : null;
   const diffs = [];
   if (d.solution) diffs.push(h("h2", {}, "The agent's work (start → end)"), diffView(d.solution));
   for (const s of d.states) if (s.diff && s.kind !== "end") diffs.push(h("details", {}, h("summary", {}, `workspace at ${s.kind} (${when(s.created_at)})`), diffView(s.diff)));
@@ -218,13 +235,16 @@ async function episodeView(id) {
   show(
     h("p", {}, h("a", { href: "#/episodes" }, "← episodes")),
     h("div", { class: "card" },
-      h("h1", { dataset: { test: "episode-id" } }, e.id, " ", badge(e.status, e.status), e.excluded ? [" ", badge("excluded")] : null),
+      h("h1", { dataset: { test: "episode-id" } }, e.id, " ", badge(e.status, e.status), e.excluded ? [" ", badge("excluded")] : null,
+        e.verified ? null : [" ", badge("unverified")], e.flags ? [" ", badge("flagged")] : null),
       h("div", { class: "task", dataset: { test: "task" } }, e.task),
       h("p", {}, "reward ", h("span", { dataset: { test: "reward-total" } }, reward(e.reward_total)), " ",
         h("span", { class: "muted" }, components(e)),
         " · ", `${e.source} · ${e.step_count} steps · ${e.turn_count} turns · ${when(e.created_at)}`),
       e.summary ? h("p", { class: "muted" }, e.summary) : null,
       actions),
+    flags,
+    verification,
     h("div", { class: "card" }, comparable),
     ...diffs,
     h("h2", {}, "Rewards"), rewards,

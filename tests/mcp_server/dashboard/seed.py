@@ -1,5 +1,6 @@
-"""A small episode log for the dashboard's tests: two attempts at one task (one fixed, one not), an
-episode whose task is hostile HTML, a policy episode with sampled tokens, and a long one."""
+"""A small episode log for the dashboard's tests: two attempts at one task (one fixed, with a monitor
+flag, one not), an episode whose task is hostile HTML, a policy episode with sampled tokens, and a
+long one."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def _attempt(store: EpisodeStore, diff: str, *, passed: bool) -> str:
 
 def seed(store: EpisodeStore) -> Seeded:
     good = _attempt(store, FIX, passed=True)
+    store.add_flags(
+        good, [("touches_tests", "tests/test_calc.py", None, "the agent changed a test: a person reads it")]
+    )
     bad = _attempt(store, WRONG, passed=False)
     hostile = store.start_episode(HOSTILE).id
     store.end_episode(hostile, EpisodeStatus.aborted)

@@ -102,6 +102,11 @@ def test_each_action_changes_the_log_and_is_recorded(client: TestClient, log: An
     )
     assert relabelled.json()["status"] == "success"
     assert client.post(f"/api/episodes/{ids.bad}/exclude", json={"excluded": True}, headers=PAGE).json()["excluded"]
+    assert client.get(f"/api/episodes/{ids.good}").json()["flags"][0]["kind"] == "touches_tests"
+    cleared = client.post(f"/api/episodes/{ids.good}/clear-flags", json={"author": "ana"}, headers=PAGE)
+    assert cleared.status_code == 200 and cleared.json()["flags"] == 0
+    assert [f.cleared_by for f in store.flags(ids.good)] == ["ana"]
+    assert client.post(f"/api/episodes/{ids.good}/clear-flags", json={}, headers=PAGE).status_code == 400
 
     preferred = client.post(
         "/api/preferences", json={"a": ids.good, "b": ids.bad, "verdict": "b", "author": "ana"}, headers=PAGE

@@ -95,6 +95,12 @@ def test_list_open_rate_exclude_compare_prefer_and_training_charts(
         [rated] = [c for c in store.curation_log(ids.good) if c.action.value == "rate"]
         assert rated.detail["author"]  # the page sends who rated (the server's user by default)
 
+        # -- the monitor's flag, shown with why, and cleared by a person -------------------------------------------
+        wait_for(lambda: "touches_tests" in _by(chrome, "flags")[0].text, what="the flag")
+        _by(chrome, "clear-flags")[0].click()
+        wait_for(lambda: store.get_episode(ids.good).flags == 0, what="the flags cleared")
+        wait_for(lambda: "cleared by" in _by(chrome, "flags")[0].text, what="the page, redrawn")
+
         # -- exclude it from training ---------------------------------------------------------------------------
         _by(chrome, "exclude")[0].click()
         wait_for(lambda: "Include in training" in _by(chrome, "exclude")[0].text, what="excluded")
