@@ -186,6 +186,8 @@ class VerificationHub:
     execution: ExecutionHub
     _tasks: TaskGroup | None = None
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
+    _starts: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Each open episode's start state as read at `start_episode`: the log keeps it redacted."""
 
     def verification(self) -> EpisodeVerification:
         site, roots = self.execution.project
@@ -230,6 +232,7 @@ class VerificationHub:
             return None
         verification = self.verification()
         verifier = await anyio.to_thread.run_sync(verification.begin, episode_id, root, start.commit)
+        self._starts[episode_id] = start.files
         if verifier.state is VerifierState.pending and self._tasks is not None:
             self._tasks.start_soon(self._locked, episode_id, lambda: verification.establish(episode_id, start.files))
         return verifier
@@ -242,7 +245,8 @@ class VerificationHub:
             return None
         verification = self.verification()
         files = None if end is None else end.files
-        done = await self._locked(episode_id, lambda: verification.verify_end(episode_id, files))
+        start = self._starts.pop(episode_id, None)
+        done = await self._locked(episode_id, lambda: verification.verify_end(episode_id, files, start))
         return done if isinstance(done, VerifierVerdict) else None
 
     async def _locked(self, episode_id: str, work: Callable[[], object]) -> object:

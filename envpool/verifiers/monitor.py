@@ -519,8 +519,8 @@ class _Scanner:
         shown = repr(text if len(text) <= 60 else text[:57] + "...")
         kind = (
             "nonce_access" if "RLIDE_NONCE" in text
-            else "test_internals" if "rlide_report" in text or ".rlide" in text
-            else "test_detection" if text.startswith("PYTEST_")
+            else "test_internals" if any(mark in text for mark in ("rlide_report", "rlide_run", ".rlide", "rlide-plugins"))
+            else "test_detection" if text.startswith(("PYTEST_", "RLIDE_"))
             else "proc_access" if text == "/proc" or text.startswith("/proc/")
             else "startup_file_write" if _names_test_file(posixpath.basename(text))
             else "site_packages" if text.endswith(".pth") or "site-packages" in text

@@ -237,8 +237,11 @@ async def _served_tree(state: AppState) -> Snapshot | None:
 _T = TypeVar("_T")
 
 
-async def progress_while(ctx: Context[Any, Any], work: Callable[[], Awaitable[_T]], label: str) -> _T:
-    """Await `work`, telling the client each second that it goes on (long runs: a test suite)."""
+async def progress_while(
+    ctx: Context[Any, Any], work: Callable[[], Awaitable[_T]], label: str, total: float | None = None
+) -> _T:
+    """Await `work`, telling the client each second that it goes on (long runs: a test suite), out of
+    `total` seconds when there is a limit. Cancelling the call cancels the work."""
     done: list[_T] = []
 
     async def run() -> None:
@@ -251,7 +254,7 @@ async def progress_while(ctx: Context[Any, Any], work: Callable[[], Awaitable[_T
         while True:
             await anyio.sleep(1)
             elapsed += 1
-            await ctx.report_progress(elapsed, None, f"{label} ({elapsed}s)")
+            await ctx.report_progress(min(elapsed, total or elapsed), total, f"{label} ({elapsed}s)")
     return done[0]
 
 

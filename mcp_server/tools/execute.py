@@ -35,7 +35,7 @@ from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
-from mcp_server.tools.episodes import EpisodeId, describe_verifier
+from mcp_server.tools.episodes import EpisodeId, describe_verifier, progress_while
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, Snapshot, SnapshotUnavailable
 
 Files = Annotated[
@@ -138,20 +138,7 @@ async def _run(ctx: Context[Any, Any], request: RunRequest) -> RunResult:
         pool = await state.execution.pool()
     except SandboxError as exc:
         raise ToolError(f"code execution is unavailable here: {exc}") from exc
-    outcome: list[RunResult] = []
-
-    async def work() -> None:
-        outcome.append(await pool.run(request))
-        tg.cancel_scope.cancel()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(work)
-        elapsed = 0
-        while True:
-            await anyio.sleep(1)
-            elapsed += 1
-            await ctx.report_progress(min(elapsed, request.timeout_s), request.timeout_s, f"running ({elapsed}s)")
-    return outcome[0]
+    return await progress_while(ctx, lambda: pool.run(request), "running", total=request.timeout_s)
 
 
 SKIPPED_NAMED = 5  # left-out paths named in run_tests' workspace line

@@ -126,7 +126,7 @@ def test_inspector_against_the_stdio_server(
         "give_feedback",
         "end_episode",
     ]
-    assert [s.error is not None for s in on_disk.steps] == [False, False, True, True, True]
+    assert [s.error is not None for s in on_disk.steps] == [False, True, True, True, True]  # the rating refused
     # list_episodes named no episode and its process had none open: a look at the log starts no episode.
     assert [e.id for e in all_episodes] == [episode_id]
 

@@ -468,3 +468,57 @@ async def test_breaking_more_before_the_start_and_handing_the_bug_back_earns_not
     verdict = ended["verification"]
     assert verdict["reward"] == -1.0 and verdict["still_failing"] == [LOWER], verdict
     assert "2 of 3 failing tests pass (an episode is paid for the whole fix only)" in verdict["line"]
+
+
+async def test_an_end_state_too_large_to_send_is_not_verified_from_its_commit(
+    session: tuple[Client, Settings], project: Path
+) -> None:
+    """The bug is uncommitted: an end state rebuilt from the log with the padded buggy file left out
+    would have the commit's (fixed) version in its place and pass. It is not verified, and flagged."""
+    client, settings = session
+    ended = await episode(client, project, on_disk("minilib/__init__.py", SLUG + "#" * (9 << 20) + "\n"))
+    verdict = ended["verification"]
+    assert verdict["reward"] is None and "cannot be rebuilt exactly" in verdict["line"], verdict
+    store = open_store(settings)
+    try:
+        left = store.get_episode(ended["episode"]["id"])
+        assert not left.verified and left.flags == 1 and store.terminal_episodes() == []
+    finally:
+        store.close()
+
+
+async def test_end_episode_says_while_it_verifies(session: tuple[Client, Settings], project: Path) -> None:
+    """A real suite takes its time: the client hears each second that the verification goes on."""
+    client, _ = session
+    slow = TESTS + "\n\ndef test_takes_a_while():\n    import time\n    time.sleep(2.5)\n"
+    write(project, "tests/test_slug.py", slow)
+    git(project, "commit", "-qam", "a slow test")
+    await call_ok(client, "start_episode", {"task": "slugs"})
+    await honest_fix(client, project)
+    heard: list[str | None] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append(message)
+
+    ended = await client.call_tool("end_episode", {"outcome": "success"}, progress_callback=progress)
+    assert not ended.is_error and (ended.structured_content or {})["verification"]["reward"] == 1.0
+    assert heard and all((m or "").startswith("verifying the end state") for m in heard)
+
+
+async def test_tests_the_agent_writes_are_run_as_evidence_never_as_the_judge(
+    session: tuple[Client, Settings], project: Path
+) -> None:
+    """Writing a failing test first is good practice: the test is shown and run, and the episode is
+    judged by the project's tests all the same."""
+    client, settings = session
+    mine = "from minilib import slugify\n\n\ndef test_mixed_case():\n    assert slugify('A b C') == 'a-b-c'\n"
+    ended = await episode(client, project, both(on_disk("tests/test_mine.py", mine), honest_fix))
+    verdict = ended["verification"]
+    assert verdict["reward"] == 1.0 and verdict["authored_tests"] == ["tests/test_mine.py"]
+    assert "run as evidence: 1 passed, 0 failed" in verdict["line"]
+    store = open_store(settings)
+    try:
+        [flag] = store.flags(ended["episode"]["id"])  # a person reads the tests an agent wrote
+        assert (flag.kind, flag.path) == ("touches_tests", "tests/test_mine.py")
+    finally:
+        store.close()

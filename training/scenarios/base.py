@@ -41,7 +41,7 @@ from episodes.records import Episode, EpisodeDetail, StateKind, VerifierState, W
 from episodes.store import EpisodeStore
 from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.toy import digit_share
-from training.scenarios.verification import replay_reward
+from training.scenarios.verification import EXACT_OMISSIONS, replay_reward
 
 Split = Literal["train", "heldout", "all"]
 VerifierKind = Literal["toy", "humaneval", "command"]
@@ -360,6 +360,7 @@ def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState
         or not verifier.fail_to_pass
         or start is None
         or start.commit != verifier.commit
+        or not all(entry.endswith(EXACT_OMISSIONS) for entry in start.omitted)  # not rebuilt exactly
         or not episode.workspace
     ):
         return None

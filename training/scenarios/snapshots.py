@@ -3,14 +3,16 @@ working tree as it is on disk (`run_tests` on the served workspace).
 
 A scenario taken from an episode in a real repository names a commit (`workspace_ref`) of the
 episode's workspace (`workspace`). `GitSnapshots.files(repo, ref)` resolves the ref to a commit and
-reads its tree with `git archive` (no worktree, no checkout, nothing written to the repository),
-so the sandbox run gets exactly the committed files, with the student's patch applied on top.
+reads its tree as raw objects (`git ls-tree`, `git cat-file`: no worktree, no checkout, nothing
+written to the repository), so the sandbox run gets exactly the committed files, with the student's
+patch applied on top. A verifier trusts these as the commit's tests, and an agent can write the
+repository's `git replace` refs, attributes and filter drivers: none of them applies here
+(`GIT_NO_REPLACE_OBJECTS`; `git archive` would apply `export-ignore`, `export-subst` and filters).
 
-Limits, checked before the archive is read (from `git ls-tree`) and again while reading it: at most
+Limits, checked before the objects are read (from `git ls-tree`) and again after: at most
 `max_files` files and `max_bytes` bytes (defaults: what one sandbox request takes). Binary files
 (not UTF-8) and symlinks cannot travel as text files: they are left out and listed in
-`Snapshot.skipped`. `export-ignore`/`export-subst` attributes apply, as for any `git archive`.
-Submodules are not included. Every failure (no git, no repository, no such ref, too large) is a
+`Snapshot.skipped`. Submodules are not included. Every failure (no git, no repository, no such ref, too large) is a
 `SnapshotUnavailable` (a `VerifierUnavailable`) whose message says which.
 
 Resolved snapshots are cached per (repository, commit id): a commit's tree never changes.
@@ -35,13 +37,10 @@ are always sent. A tree still too large names its largest folders and how to lea
 from __future__ import annotations
 
 import difflib
-import io
 import os
 import shutil
 import stat
 import subprocess
-import tarfile
-import tempfile
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
@@ -57,9 +56,6 @@ DEFAULT_MAX_BYTES = MAX_REQUEST_BYTES // 2
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """git's empty tree: what a repository held before its first commit."""
 _RECORD_FILES = "record the files the tests need with the episode instead"
-_TAR_OVERHEAD = 2048
-"""Upper bound of tar bytes per entry besides its content: a header block, a pax header and its
-data, padding. Directories are entries too, hence twice `max_files` entries in the read cap."""
 
 
 class SnapshotUnavailable(VerifierUnavailable):
@@ -152,7 +148,7 @@ class GitSnapshots:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         self._check_size(root, commit, ref)
-        snapshot = self._archive(root, commit, ref)
+        snapshot = self._read_tree(root, commit, ref)
         with self._lock:
             self._cache[key] = snapshot
             while len(self._cache) > self.cache_size:
@@ -276,31 +272,28 @@ class GitSnapshots:
             return dict.fromkeys(wanted)
         root = self._repository(repo)
         prefix = self._git(root, "rev-parse", "--show-prefix").stdout.decode().strip()
-        request = "".join(f"{commit}:{prefix}{path}\n" for path in wanted).encode()
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-        try:
-            done = subprocess.run(
-                ["git", "-C", str(root), "cat-file", "--batch"],
-                input=request, capture_output=True, timeout=self.timeout_s, env=env, check=False,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise SnapshotUnavailable(f"git cat-file in {root} took longer than {self.timeout_s:.0f}s") from exc
+        bodies = self._objects(root, [f"{commit}:{prefix}{path}" for path in wanted])
+        return {path: _text(body) for path, body in zip(wanted, bodies, strict=True)}
+
+    def _objects(self, root: Path, names: list[str]) -> list[bytes | None]:
+        """The raw content of each blob named (None: missing, or not a blob), in one `git cat-file`:
+        the objects as stored, with no attribute, filter or replacement applied (`_git`)."""
+        if not names:
+            return []
+        done = self._git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names).encode())
         out, at = done.stdout, 0
-        texts: dict[str, str | None] = {}
-        for path in wanted:
+        bodies: list[bytes | None] = []
+        for _ in names:
             end = out.index(b"\n", at)
             header = out[at:end].split()
             at = end + 1
             if len(header) != 3:  # "<name> missing": not in that commit
-                texts[path] = None
+                bodies.append(None)
                 continue
             size = int(header[2])
             body, at = out[at : at + size], at + size + 1
-            try:
-                texts[path] = body.decode("utf-8") if header[1] == b"blob" else None
-            except UnicodeDecodeError:
-                texts[path] = None
-        return texts
+            bodies.append(body if header[1] == b"blob" else None)
+        return bodies
 
     def changed_between(self, repo: str | Path, first: str, last: str) -> set[str]:
         """The paths under `repo` that differ between two commits ("" for none yet: every path of `last`)."""
@@ -333,12 +326,15 @@ class GitSnapshots:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else "git failed"
 
-    def _git(self, root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    def _git(self, root: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        """git in `root`, never prompting; `git replace` refs ignored, so that a commit read here is
+        the commit its id names (an agent can write the repository's replace refs and attributes)."""
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_NO_REPLACE_OBJECTS": "1"}
         try:
             return subprocess.run(
-                ["git", "-C", str(root), *args], capture_output=True, timeout=self.timeout_s, env=env, check=False
-            )
+                ["git", "-C", str(root), *args],
+                input=stdin, capture_output=True, timeout=self.timeout_s, env=env, check=False,
+            )  # fmt: skip
         except subprocess.TimeoutExpired as exc:
             raise SnapshotUnavailable(f"git {args[0]} in {root} took longer than {self.timeout_s:.0f}s") from exc
 
@@ -370,57 +366,45 @@ class GitSnapshots:
                 f" (limits {self.max_files} files, {self.max_bytes} bytes); {advice}"
             )
 
-    def _archive(self, root: Path, commit: str, ref: str) -> Snapshot:
-        cap = self.max_bytes + _TAR_OVERHEAD * (2 * self.max_files + 2) + 10_240  # + end blocks, record padding
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                ["git", "-C", str(root), "archive", "--format=tar", commit],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-            )
-            timer = threading.Timer(self.timeout_s, proc.kill)
-            timer.start()
-            try:
-                assert proc.stdout is not None
-                data = proc.stdout.read(cap + 1)
-                if len(data) > cap:  # export-subst or a racing rewrite made it larger than ls-tree said
-                    proc.kill()
-                code = proc.wait()
-            finally:
-                timer.cancel()
-                if proc.stdout is not None:
-                    proc.stdout.close()
-            err.seek(0)
-            stderr = err.read().decode(errors="replace")
-        if len(data) > cap:
-            raise SnapshotUnavailable(
-                f"snapshot {ref!r} of {root} is too large to re-run in the sandbox: its archive exceeds {cap} bytes"
-                f" (limits {self.max_files} files, {self.max_bytes} bytes)"
-            )
-        if code != 0:
-            raise SnapshotUnavailable(f"git archive {ref} in {root} failed (exit {code}): {stderr.strip()[-500:]}")
-        files: dict[str, str] = {}
+    def _read_tree(self, root: Path, commit: str, ref: str) -> Snapshot:
+        """The regular files of `commit`, read as raw objects: no `export-ignore`, `export-subst` or
+        filter driver (which `git archive` would apply, from attributes an agent can write) changes
+        what a verifier trusts as the commit's tests."""
+        listed = self._git(root, "ls-tree", "-r", "-z", "--full-tree", commit)
+        if listed.returncode != 0:
+            raise SnapshotUnavailable(f"git ls-tree {ref} in {root} failed: {self._why(listed)}")
+        blobs: list[tuple[str, str]] = []
         skipped: list[str] = []
-        size = 0
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for member in tar:
-                if member.isdir():
-                    continue
-                if not member.isfile():
-                    skipped.append(member.name)
-                    continue
-                extracted = tar.extractfile(member)
-                raw = extracted.read() if extracted is not None else b""
-                try:
-                    files[member.name] = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    skipped.append(member.name)
-                    continue
-                size += len(raw)
+        for entry in listed.stdout.split(b"\0"):
+            meta, _, name = entry.partition(b"\t")
+            if not name:
+                continue
+            path = os.fsdecode(name)
+            mode, kind, sha = meta.split()
+            if kind == b"blob" and mode in (b"100644", b"100755"):
+                blobs.append((path, sha.decode()))
+            else:  # a symlink (may point anywhere), a submodule
+                skipped.append(path)
+        files: dict[str, str] = {}
+        for (path, _), body in zip(blobs, self._objects(root, [sha for _, sha in blobs]), strict=True):
+            text = _text(body)
+            if text is None:
+                skipped.append(path)
+            else:
+                files[path] = text
+        size = sum(len(text) for text in files.values())
         self._refuse_if_large(len(files), size, f"snapshot {ref!r} of {root}", _RECORD_FILES)
-        return Snapshot(commit=commit, files=files, skipped=tuple(skipped))
+        return Snapshot(commit=commit, files=files, skipped=tuple(sorted(skipped)))
+
+
+def _text(body: bytes | None) -> str | None:
+    """A blob's text, or None when it is missing or not UTF-8 (it cannot travel as a text file)."""
+    if body is None:
+        return None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 class _InstalledFolders:

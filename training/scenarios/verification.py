@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import stat
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,14 @@ from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.snapshots import GitSnapshots
 
 log = structlog.get_logger(__name__)
+
+EXACT_OMISSIONS = ("(installed files)", "(credentials)")
+"""What a recorded state may leave out and still be rebuilt exactly: no run ever gets those files."""
+
+
+class StateNotExact(VerifierUnavailable):
+    """A recorded state left out a file a run would get (binary, too large, not a regular file)."""
+
 
 Runner = Callable[[RunRequest], RunResult]
 """Runs one sandbox request (the MCP server's pool, the worker's sandbox)."""
@@ -320,7 +329,11 @@ class EpisodeVerification:
         if verifier.state is not VerifierState.pending:
             return verifier
         tests, head = self._tests_and_head(episode_id, verifier)
-        tree = dict(start_tree) if start_tree is not None else self._state_tree(episode_id, StateKind.start, head)
+        try:
+            tree = dict(start_tree) if start_tree is not None else self._state_tree(episode_id, StateKind.start, head)
+        except StateNotExact as exc:
+            self.store.verifier_unavailable(episode_id, str(exc))
+            return self._verifier(episode_id)
         trusted = trusted_files(head, tests)
         result, report, why = run_judged(self.run, tests, judged_tree(tree, trusted, tests), head)
         if report is None or not report.complete:
@@ -345,18 +358,26 @@ class EpisodeVerification:
 
     # -- end ------------------------------------------------------------------------------------
 
-    def verify_end(self, episode_id: str, end_tree: Mapping[str, str] | None = None) -> VerifierVerdict:
+    def verify_end(
+        self,
+        episode_id: str,
+        end_tree: Mapping[str, str] | None = None,
+        start_tree: Mapping[str, str] | None = None,
+    ) -> VerifierVerdict:
         """Run the verifier on the episode's end state (the files as they were at `end_episode`, else
         its last recorded state) and record the measurement as its verified tests reward; the monitor's
-        flags on its change are recorded first. Raises `VerifierUnavailable` when the sandbox failed."""
-        verifier = self.establish(episode_id)
+        flags on its change (from `start_tree`, else the recorded start) are recorded first. Raises
+        `VerifierUnavailable` when the sandbox failed."""
+        verifier = self.establish(episode_id, start_tree)
         if verifier.state is VerifierState.unavailable:
-            verdict = VerifierVerdict(reward=None, line=f"not verified: {verifier.reason}", checked_at=utcnow())
-            self.store.record_verdict(episode_id, verdict)
-            return verdict
+            return self._not_verified(episode_id, f"not verified: {verifier.reason}")
         tests, head = self._tests_and_head(episode_id, verifier)
-        start = self._state_tree(episode_id, StateKind.start, head)
-        tree = dict(end_tree) if end_tree is not None else self._state_tree(episode_id, StateKind.end, head)
+        try:
+            start = dict(start_tree) if start_tree is not None else self._state_tree(episode_id, StateKind.start, head)
+            tree = dict(end_tree) if end_tree is not None else self._state_tree(episode_id, StateKind.end, head)
+        except StateNotExact as exc:
+            self.store.add_flags(episode_id, [("unverifiable_state", None, None, str(exc))])
+            return self._not_verified(episode_id, f"not verified: {exc}")
         assert verifier.commit is not None and verifier.fail_to_pass is not None
         trusted = trusted_texts(verifier.trusted_files, head, verifier.commit)
         changed = {path for path in start.keys() | tree.keys() if start.get(path) != tree.get(path)}
@@ -374,12 +395,11 @@ class EpisodeVerification:
                 " recreate the virtualenv and start a new episode"
             )
             self.store.add_flags(episode_id, [("environment_changed", None, None, line)])
-            verdict = VerifierVerdict(reward=None, line=line, authored_tests=authored, checked_at=utcnow())
-            self.store.record_verdict(episode_id, verdict)
-            return verdict
+            return self._not_verified(episode_id, line, authored)
         line = judged.line
         if authored:
             line += f"; tests the agent wrote or changed, not judged: {_names(authored)}"
+            line += self._authored_evidence(tests, tree, trusted, head, authored)
         verdict = VerifierVerdict(
             reward=judged.reward,
             line=line,
@@ -388,6 +408,35 @@ class EpisodeVerification:
             authored_tests=authored,
             checked_at=utcnow(),
         )
+        self.store.record_verdict(episode_id, verdict)
+        return verdict
+
+    def _authored_evidence(
+        self,
+        tests: ProjectTests,
+        tree: Mapping[str, str],
+        trusted: Mapping[str, str | None],
+        head: Mapping[str, str],
+        authored: list[str],
+    ) -> str:
+        """How the agent's own test modules fare on its end state, for people to read: run on the judged
+        tree (the commit's conftest and configuration) with those modules added, never the judge."""
+        modules = [p for p in authored if p in tree and p.endswith(".py") and posixpath.basename(p) != "conftest.py"]
+        if not modules:
+            return ""
+        files = judged_tree(tree, trusted, tests) | {path: tree[path] for path in modules}
+        own = replace(tests, pytest_args=tuple(modules), command=None)
+        try:
+            _, report, why = run_judged(self.run, own, files, head)
+        except VerifierUnavailable as exc:
+            return f" (they did not run: {exc})"
+        if report is None:
+            return f" (they did not run to a report: {why})"
+        return f" (run as evidence: {report.passed} passed, {report.failed} failed)"
+
+    def _not_verified(self, episode_id: str, line: str, authored: list[str] | None = None) -> VerifierVerdict:
+        """Record that the end could not be measured, and why: the episode stays unverified."""
+        verdict = VerifierVerdict(reward=None, line=line, authored_tests=authored or [], checked_at=utcnow())
         self.store.record_verdict(episode_id, verdict)
         return verdict
 
@@ -416,6 +465,11 @@ class EpisodeVerification:
             state = states[-1]
         if state is None:
             raise VerifierUnavailable(f"episode {episode_id} recorded no {kind.value} state of its workspace")
+        inexact = [entry for entry in state.omitted if not entry.endswith(EXACT_OMISSIONS)]
+        if inexact:  # its commit's version would stand in for what the agent really left there
+            raise StateNotExact(
+                f"the recorded {kind.value} state left out {_names(inexact)}, so it cannot be rebuilt exactly"
+            )
         base = head if not state.commit or state.commit == self._verifier(episode_id).commit else None
         if base is None:
             workspace = self.store.get_episode(episode_id).workspace

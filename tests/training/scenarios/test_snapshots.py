@@ -210,3 +210,16 @@ def test_a_replay_reads_its_commit_and_runs_the_students_patch_on_it(repo: Path,
     no_repo = Scenario(id="x", messages=(), verifier=_scenario(repo, "main").verifier, workspace_ref="main")
     with pytest.raises(VerifierUnavailable, match="re-runs its project's tests"):
         verify(no_repo, FIX, workspace_runner=sandbox)
+
+
+def test_a_commit_is_what_its_id_names_whatever_the_repository_says(repo: Path) -> None:
+    """An agent can write the repository's replace refs, attributes and filter drivers; the commit a
+    verifier trusts as its tests is read as the objects it names."""
+    good = git(repo, "rev-parse", "good")
+    git(repo, "replace", good, git(repo, "rev-parse", "main"))  # `good` now shows `main`'s tree to git
+    (repo / ".git" / "info" / "attributes").write_text("* export-ignore\n*.py filter=evil\n")
+    git(repo, "config", "filter.evil.smudge", "sed s/return/raise/")
+    assert git(repo, "show", "good:calc.py") == BROKEN.strip()  # what git itself now says
+    snapshot = GitSnapshots().files(repo, good)
+    assert snapshot.files == {"calc.py": GOOD, "tests/test_calc.py": TESTS}
+    assert GitSnapshots().texts_at(repo, good, ["calc.py"]) == {"calc.py": GOOD}
