@@ -78,6 +78,8 @@ WEAK_KINDS = frozenset({"modules_read", "dynamic_code", "pytest_in_code", "pytes
 STRONG_KINDS = frozenset(KINDS) - WEAK_KINDS
 MAX_PYTHON_CHARS = 500_000
 _UNREAD = frozenset({"unparsable", "too_large"})
+_RLIDE_MARKS = ("rlide_report", "rlide_run", ".rlide", "rlide-plugins")
+"""Names of rlide's plugin, runner and run folder: code under test has no business with them."""
 
 
 @dataclass(frozen=True)
@@ -519,7 +521,7 @@ class _Scanner:
         shown = repr(text if len(text) <= 60 else text[:57] + "...")
         kind = (
             "nonce_access" if "RLIDE_NONCE" in text
-            else "test_internals" if any(mark in text for mark in ("rlide_report", "rlide_run", ".rlide", "rlide-plugins"))
+            else "test_internals" if any(mark in text for mark in _RLIDE_MARKS)
             else "test_detection" if text.startswith(("PYTEST_", "RLIDE_"))
             else "proc_access" if text == "/proc" or text.startswith("/proc/")
             else "startup_file_write" if _names_test_file(posixpath.basename(text))
