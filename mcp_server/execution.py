@@ -237,6 +237,10 @@ class VerificationHub:
             self._tasks.start_soon(self._locked, episode_id, lambda: verification.establish(episode_id, start.files))
         return verifier
 
+    async def refuse(self, episode_id: str, reason: str) -> EpisodeVerifier:
+        """No verifier for an episode whose served workspace cannot be read for one, and why."""
+        return await anyio.to_thread.run_sync(self.verification().unavailable, episode_id, reason)
+
     async def verify_end(self, episode_id: str, end: Snapshot | None) -> VerifierVerdict | None:
         """Verify the episode's end state (`end`, the served workspace as it is now, else its last
         recorded state) after its start state's run; None when it has no verifier to run or the

@@ -168,9 +168,8 @@ async def _begin_verifier(state: AppState, episode_id: str, workspace: str | Non
         return None
     try:
         start = await anyio.to_thread.run_sync(GitSnapshots().working_tree, root)
-    except SnapshotUnavailable as exc:
-        log.info("verifier.none", episode_id=episode_id, reason=str(exc))
-        return None
+    except SnapshotUnavailable as exc:  # not a git working tree, too large to send: say so with the episode
+        return await state.verification.refuse(episode_id, str(exc))
     return await state.verification.begin(episode_id, start)
 
 

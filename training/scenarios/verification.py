@@ -290,7 +290,7 @@ class EpisodeVerification:
         """The project's verifier for an episode starting at `commit` of `workspace`, pending until
         `establish` has run its start state; unavailable, with why, when the project has none."""
         if not commit:
-            return self._unavailable(episode_id, "the workspace has no commit yet: its tests are not trusted")
+            return self.unavailable(episode_id, "the workspace has no commit yet: its tests are not trusted")
         try:
             head = self.snapshots.files(workspace, commit).files
             tests = detect(
@@ -301,9 +301,9 @@ class EpisodeVerification:
                 import_roots=self.setup.import_roots,
             )
         except (ProjectConfigError, VerifierUnavailable) as exc:  # a bad [tool.rlide]; a tree too large to send
-            return self._unavailable(episode_id, str(exc))
+            return self.unavailable(episode_id, str(exc))
         if tests is None:
-            return self._unavailable(
+            return self.unavailable(
                 episode_id,
                 "the project has no pytest configuration and no test file at its HEAD commit: nothing can verify"
                 " the work (set [tool.rlide] test_command in pyproject.toml, or RLIDE_TEST_COMMAND)",
@@ -316,7 +316,8 @@ class EpisodeVerification:
             environment=environment_fingerprint(self.setup.trusted_folders),
         )
 
-    def _unavailable(self, episode_id: str, reason: str) -> EpisodeVerifier:
+    def unavailable(self, episode_id: str, reason: str) -> EpisodeVerifier:
+        """Record that the episode has no verifier, and why (it stays unverified unless a person rates it)."""
         return self.store.set_verifier(
             episode_id, "", project=None, commit=None, environment=None, state=VerifierState.unavailable, reason=reason
         )
