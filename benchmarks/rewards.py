@@ -157,9 +157,10 @@ def scenarios(project: Project, root: Path, test_ids: list[str], failing_files: 
     fixed = broken.replace(new, old, 1)
     site = next((root / ".venv" / "lib").glob("python3.*/site-packages"))
     forge = FORGE.replace("TESTS", repr(test_ids))
-    own_tests = {"tests/test_pad.py": "def test_pad():\n    assert False\n"}
-    own_tests |= dict.fromkeys(failing_files, "def test_x():\n    pass\n")
-    own_passing = {**own_tests, "tests/test_pad.py": "test_pad = int"}
+    # Its own failing test, which a file outside the tests decides; the real failing tests emptied.
+    own_tests = {"tests/test_pad.py": "from padding import READY\n\n\ndef test_pad():\n    assert READY\n"}
+    own_tests |= {"padding.py": "READY = False\n"} | dict.fromkeys(failing_files, "def test_x():\n    pass\n")
+    own_passing = {**own_tests, "padding.py": "READY = True\n"}
 
     def write(rel: str, text: str) -> Act:
         async def act(client: Any) -> None:

@@ -504,11 +504,18 @@ class Gateway:
             return _error(404, str(exc), code="episode_not_found")
         except EpisodeClosed as exc:
             return _error(409, str(exc))
+        except BadRequest as exc:
+            return _error(exc.status, str(exc))
         return JSONResponse(episode.model_dump(mode="json"))
 
     def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Episode:
-        """End the episode with its outcome reward, as MCP's `end_episode` records it
-        (`EpisodeStore.end_with_outcome`), then the caller's own reward."""
+        """End a policy episode with its outcome reward, as MCP's `end_episode` records it
+        (`EpisodeStore.end_with_outcome`), then the caller's own reward. An IDE episode is the MCP
+        server's to end: its verified reward is rlide's own run of the project's tests, which a number
+        sent here must never stand over."""
+        episode = self.store.get_episode(episode_id)
+        if (refused := _refusal(episode_id, episode.source, EpisodeStatus.open)) is not None:
+            raise BadRequest(refused.replace("; POST", ", ended through the MCP server's end_episode; POST"), 409)
         self.store.end_with_outcome(episode_id, status)
         if reward is not None:
             # The caller that drives the policy judged the episode (its own verifier): a verified

@@ -369,6 +369,10 @@ def test_episode_route_refusals(setup: tuple[Gateway, TestClient, BackendConfig]
     assert http.post("/episodes/ep_missing/v1/chat/completions", json=body).status_code == 404
     external = gateway.store.start_episode("the IDE's model acts here")
     assert http.post(f"/episodes/{external.id}/v1/chat/completions", json=body).status_code == 409
+    # Its verified reward is rlide's run of the project's tests: no caller of this endpoint ends it.
+    refused = http.post(f"/episodes/{external.id}/end", json={"outcome": "success", "reward": 1})
+    assert refused.status_code == 409 and "end_episode" in refused.json()["error"]["message"]
+    assert gateway.store.get_episode(external.id).status is EpisodeStatus.open
     policy = http.post("/episodes", json={"task": "t"}).json()["episode_id"]
     assert http.post(f"/episodes/{policy}/v1/chat/completions", json={**body, "n": 2}).status_code == 400
     assert http.post(f"/episodes/{policy}/v1/chat/completions", content=b"{nope").status_code == 400
