@@ -71,6 +71,10 @@ class StateNotExact(VerifierUnavailable):
     """A recorded state left out a file a run would get (binary, too large, not a regular file)."""
 
 
+class TreeRefused(VerifierUnavailable):
+    """The sandbox refuses the tree itself (too many files, too large): trying again changes nothing."""
+
+
 Runner = Callable[[RunRequest], RunResult]
 """Runs one sandbox request (the MCP server's pool, the worker's sandbox)."""
 NAMED = 5
@@ -193,7 +197,7 @@ def run_judged(
     try:
         request = prepare_test_run(judged_request(tests, files, head))
     except InvalidRequest as exc:
-        raise VerifierUnavailable(f"the workspace cannot be sent to the sandbox: {exc}") from exc
+        raise TreeRefused(f"the workspace cannot be sent to the sandbox: {exc}") from exc
     result = run(request)
     if result.status is RunStatus.SANDBOX_ERROR:
         raise VerifierUnavailable(f"the sandbox failed, not the tests: {result.detail}")
@@ -332,11 +336,11 @@ class EpisodeVerification:
         tests, head = self._tests_and_head(episode_id, verifier)
         try:
             tree = dict(start_tree) if start_tree is not None else self._state_tree(episode_id, StateKind.start, head)
-        except StateNotExact as exc:
+            trusted = trusted_files(head, tests)
+            result, report, why = run_judged(self.run, tests, judged_tree(tree, trusted, tests), head)
+        except (StateNotExact, TreeRefused) as exc:
             self.store.verifier_unavailable(episode_id, str(exc))
             return self._verifier(episode_id)
-        trusted = trusted_files(head, tests)
-        result, report, why = run_judged(self.run, tests, judged_tree(tree, trusted, tests), head)
         if report is None or not report.complete:
             reason = why or (
                 f"{len(report.unreported)} collected tests never got an outcome" if report and report.unreported else
@@ -377,8 +381,7 @@ class EpisodeVerification:
             start = dict(start_tree) if start_tree is not None else self._state_tree(episode_id, StateKind.start, head)
             tree = dict(end_tree) if end_tree is not None else self._state_tree(episode_id, StateKind.end, head)
         except StateNotExact as exc:
-            self.store.add_flags(episode_id, [("unverifiable_state", None, None, str(exc))])
-            return self._not_verified(episode_id, f"not verified: {exc}")
+            return self._unverifiable(episode_id, exc)
         assert verifier.commit is not None and verifier.fail_to_pass is not None
         trusted = trusted_texts(verifier.trusted_files, head, verifier.commit)
         changed = {path for path in start.keys() | tree.keys() if start.get(path) != tree.get(path)}
@@ -387,7 +390,10 @@ class EpisodeVerification:
         authored = authored_tests(tree, trusted, tests)
         doctests = changed_doctests(start, tree, tests, changed)
         sets = (verifier.fail_to_pass, verifier.pass_to_pass or [])
-        judged = judge_tree(self.run, tests, sets, judged_tree(tree, trusted, tests), head, doctests, partial=False)
+        try:
+            judged = judge_tree(self.run, tests, sets, judged_tree(tree, trusted, tests), head, doctests, partial=False)
+        except TreeRefused as exc:
+            return self._unverifiable(episode_id, exc)
         # After the run: a change made while it ran, and put back, still moved a change time.
         if verifier.environment != environment_fingerprint(self.setup.trusted_folders):
             line = (
@@ -434,6 +440,12 @@ class EpisodeVerification:
         if report is None:
             return f" (they did not run to a report: {why})"
         return f" (run as evidence: {report.passed} passed, {report.failed} failed)"
+
+    def _unverifiable(self, episode_id: str, why: VerifierUnavailable) -> VerifierVerdict:
+        """The end state exists but cannot be judged as it is (left out of the log, refused by the
+        sandbox): not verified, and flagged for a person."""
+        self.store.add_flags(episode_id, [("unverifiable_state", None, None, str(why))])
+        return self._not_verified(episode_id, f"not verified: {why}")
 
     def _not_verified(self, episode_id: str, line: str, authored: list[str] | None = None) -> VerifierVerdict:
         """Record that the end could not be measured, and why: the episode stays unverified."""
