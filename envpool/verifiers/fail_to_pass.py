@@ -19,7 +19,6 @@ not pass; a skipped or xfailed one does not pass.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from envpool.verifiers.reports import PASSED, TestReport
@@ -30,13 +29,6 @@ class Judgement:
     reward: float
     line: str
     """What was judged, for the agent: how many FAIL_TO_PASS tests pass, which PASS_TO_PASS broke."""
-
-
-def verifier_command(test_command: str | None, tests: str | None) -> str:
-    """How a verifier names what it runs: the shell command, or a digest of the test code given instead."""
-    if test_command is not None:
-        return test_command
-    return "tests:" + hashlib.sha256(str(tests).encode()).hexdigest()
 
 
 def start(report: TestReport) -> tuple[set[str], set[str]] | None:
