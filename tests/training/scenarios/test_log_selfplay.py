@@ -20,8 +20,13 @@ if shutil.which("bwrap") is None:
 
 from envpool.sandbox.base import RunRequest, RunResult  # noqa: E402
 from episodes.store import EpisodeStore  # noqa: E402
-from tests.git_repos import git  # noqa: E402
-from tests.training.scenarios.test_replay_verifier import BROKEN, CALC, START, recorded_episode  # noqa: E402
+from tests.training.scenarios.test_replay_verifier import (  # noqa: E402
+    BROKEN,
+    CALC,
+    START,
+    calc_repo,
+    recorded_episode,
+)
 from training.backends.base import BackendConfig  # noqa: E402
 from training.scenarios.sandbox_runner import SandboxRunner  # noqa: E402
 from training.worker.config import WorkerConfig  # noqa: E402
@@ -44,13 +49,7 @@ class WatchedSandbox(SandboxRunner):
 
 
 def logged_episode(tmp_path: Path, db: Path) -> str:
-    root = tmp_path / "calc-repo"
-    for path, text in {**START, "calc.py": CALC}.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
-        git(root, *args)
-    (root / "calc.py").write_text(BROKEN)  # the bug, uncommitted
+    root = calc_repo(tmp_path / "calc-repo", committed={**START, "calc.py": CALC}, bug=BROKEN)
     store = EpisodeStore.open(str(db))
     runner = SandboxRunner()
     try:

@@ -108,6 +108,18 @@ def runner() -> Iterator[SandboxRunner]:
     sandbox.close()
 
 
+def calc_repo(root: Path, *, committed: dict[str, str], bug: str | None = None) -> Path:
+    """A git repository at `root` with `committed` committed, and `bug` (calc.py) as an uncommitted edit."""
+    for path, text in committed.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
+        git(root, *args)
+    if bug is not None:
+        (root / "calc.py").write_text(bug)
+    return root
+
+
 def recorded_episode(store: EpisodeStore, root: Path, runner: SandboxRunner) -> str:
     """An episode as the MCP server records one: its start state captured and the project's verifier
     established from a run of it, the agent's fix on disk, its end state captured."""
@@ -126,13 +138,7 @@ def recorded_episode(store: EpisodeStore, root: Path, runner: SandboxRunner) -> 
 
 @pytest.fixture
 def scenario(store: EpisodeStore, tmp_path: Path, runner: SandboxRunner) -> Scenario:
-    root = tmp_path / "calc-repo"
-    for path, text in {**START, "calc.py": CALC, "helper.py": "X = 1\n"}.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
-        git(root, *args)
-    (root / "calc.py").write_text(BROKEN)  # the bug: an uncommitted edit
+    root = calc_repo(tmp_path / "calc-repo", committed={**START, "calc.py": CALC, "helper.py": "X = 1\n"}, bug=BROKEN)
     episode_id = recorded_episode(store, root, runner)
     verifier = store.verifier(episode_id)
     assert verifier is not None and verifier.fail_to_pass == FAIL_TO_PASS, verifier
@@ -162,12 +168,7 @@ def test_no_trick_earns_more_than_the_untouched_workspace(
 def test_an_episode_whose_start_state_already_passes_is_not_a_scenario(
     store: EpisodeStore, tmp_path: Path, runner: SandboxRunner
 ) -> None:
-    root = tmp_path / "passing"
-    for path, text in {**START, "calc.py": CALC}.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "calc"]):
-        git(root, *args)
+    root = calc_repo(tmp_path / "passing", committed={**START, "calc.py": CALC})
     episode_id = recorded_episode(store, root, runner)
     verifier = store.verifier(episode_id)
     assert verifier is not None and verifier.reason == "no test fails at the start: there is no work to verify"
