@@ -60,8 +60,10 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def decode(data: Any) -> Any:
+def decode(data: Any, depth: int = 0) -> Any:
     """The value `encode` made `data` from; raises NotPlain for anything it could not have made."""
+    if depth > MAX_DEPTH:
+        raise NotPlain("nested too deep")
     if data is None or type(data) in (bool, int, str):
         return data
     if type(data) is dict and len(data) == 1:
@@ -72,17 +74,17 @@ def decode(data: Any) -> Any:
             except ValueError:
                 pass
         elif tag in ("list", "tuple") and type(body) is list:
-            items = [decode(item) for item in body]
+            items = [decode(item, depth + 1) for item in body]
             return items if tag == "list" else tuple(items)
         elif tag in ("set", "frozenset") and type(body) is list:
-            members = [_hashable(decode(item)) for item in body]
+            members = [_hashable(decode(item, depth + 1)) for item in body]
             try:
                 return set(members) if tag == "set" else frozenset(members)
             except TypeError as exc:
                 raise NotPlain(str(exc)) from None
         elif tag == "dict" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
             try:
-                return {_hashable(decode(k)): decode(v) for k, v in body}
+                return {_hashable(decode(k, depth + 1)): decode(v, depth + 1) for k, v in body}
             except TypeError as exc:
                 raise NotPlain(str(exc)) from None
         elif tag == "bytes" and type(body) is str:
@@ -95,5 +97,25 @@ def decode(data: Any) -> Any:
 
 # -- end of what runs in the sandbox --
 
+# Host side only, below the sandbox's part: the sandbox has no `common`.
+from common.json_depth import nests_deeper_than  # noqa: E402
+
 SOURCE = Path(__file__).read_text(encoding="utf-8").split("# -- end of what runs in the sandbox --")[0]
 """The codec's text, for programs that encode values inside the sandbox."""
+
+MAX_JSON_DEPTH = 2 * MAX_DEPTH + 8
+"""Brackets a line from the sandbox may nest: an encoded value takes two per level (a tag's object
+and its list), and the frames around it (a results list, a result's object, a call's lists) a few."""
+
+
+def parse_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON from a line a sandboxed program printed, which may be anything: raises NotPlain (a
+    ValueError) for a malformed line or one nested deeper than `max_depth`, and nothing else.
+    `json.loads` recurses once per bracket: a line of 200,000 of them raised RecursionError out of
+    the verifier. So the nesting is measured first, without parsing."""
+    if nests_deeper_than(text, max_depth):
+        raise NotPlain(f"JSON nested deeper than {max_depth}")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError, MemoryError) as exc:  # ValueError: also too many digits
+        raise NotPlain(f"not well-formed JSON: {type(exc).__name__}") from None

@@ -13,11 +13,11 @@ with.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envpool.verifiers import plain
 from envpool.verifiers.project import ProjectTests
 from envpool.verifiers.trusted import PLUGIN
 
@@ -161,8 +161,8 @@ def read_report(stdout: str, nonce: str) -> TestRunOutcome:
     try:
         for line in lines:
             if line.startswith(prefix):
-                seen.add(json.loads(line[len(prefix) :]))
-    except (ValueError, TypeError, KeyError, AttributeError):
+                seen.add(plain.parse_json(line[len(prefix) :]))
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # Overflow: int(Infinity)
         return TestRunOutcome(True, reason="the test report was not readable")
     if not seen.started:
         return TestRunOutcome(True, reason="no pytest session ran: no test report")

@@ -88,8 +88,8 @@ def _last_marked(stdout: str, mark: str) -> Any:
     if not lines:
         return None
     try:
-        return json.loads(lines[-1][len(mark) :])
-    except ValueError:
+        return plain.parse_json(lines[-1][len(mark) :])
+    except plain.NotPlain:
         return None
 
 

@@ -4,6 +4,7 @@ learn earns no more than an honest stub, through the verifier itself and `Coding
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +13,7 @@ from envpool.env import CodingEnv, encode_bytes
 from envpool.sandbox import RunRequest, Sandbox, make_sandbox
 from envpool.tasks import load_humaneval
 from envpool.tasks.humaneval import CodingTask
-from envpool.verifiers import plain
+from envpool.verifiers import plain, reports, values
 from envpool.verifiers.values import judge, recorded_calls
 from tests.envpool.conftest import requires_bwrap
 from tests.envpool.tricks import HUMANEVAL_TRICKS
@@ -102,3 +103,72 @@ def test_coding_env_rewards_values_not_exit_status() -> None:
         assert reward == 1.0
     finally:
         env.close()
+
+
+DEEP_RESULTS = (
+    "    import sys\n"
+    "    sys.stdout.write('\\nRLIDE-OUTPUTS ' + '[' * 200_000 + ']' * 200_000 + '\\n')\n"
+    "    sys.stdout.flush()\n"
+    "    import os\n"
+    "    os._exit(0)\n"
+)
+
+
+def test_a_results_line_nested_too_deep_fails_the_candidate_and_raises_nothing(sandbox: Sandbox) -> None:
+    """A candidate printed its results line 200,000 brackets deep: `json.loads` raised RecursionError
+    out of the verifier (and `CodingEnv.step`). It is a failed result, like any malformed line."""
+    [task] = [t for t in load_humaneval() if t.task_id == "HumanEval/0"]
+    verdict = judge(task, DEEP_RESULTS, runner(sandbox))
+    assert not verdict.passed and "no well-formed results" in verdict.detail
+    env = CodingEnv(tasks=[task], sandbox="bwrap")
+    try:
+        _, reward, *_, info = env.step(encode_bytes(DEEP_RESULTS, 8192))
+        assert reward == 0.0 and info["detail"]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[" * 200_000,
+        "[" * 200_000 + "]" * 200_000,
+        '{"value": ' * 5_000 + "1" + "}" * 5_000,
+        "[" + "9" * 5_000 + "]",  # past int's digit limit: ValueError, not a crash
+        '[{"value": Infinity}]',
+        '[{"value": "' + "\\" * 3 + '"}]',
+        "",
+    ],
+)
+def test_untrusted_lines_parse_to_nothing_or_to_plain_data(line: str) -> None:
+    assert values.parse_outputs(f"RLIDE-OUTPUTS {line}\n", 1) is None
+
+
+def test_a_value_nested_past_the_codec_depth_is_not_plain() -> None:
+    deep: object = 1
+    for _ in range(plain.MAX_DEPTH + 2):
+        deep = {"list": [deep]}
+    with pytest.raises(plain.NotPlain):
+        plain.decode(deep)
+    shallow: object = [1]
+    for _ in range(plain.MAX_DEPTH - 1):
+        shallow = [shallow]
+    assert plain.decode(plain.parse_json(json.dumps(plain.encode(shallow)))) == shallow
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        "[" * 200_000,
+        '{"session": 1, "event": "finish", "exitstatus": Infinity, "tampered": [], "hooks": []}',
+        '{"session": 1, "event": "collected", "tests": 5}',
+        '["not", "an", "event"]',
+    ],
+)
+def test_a_test_report_line_from_the_sandbox_is_unreadable_not_a_crash(event: str) -> None:
+    """The same class of bug in the test-report reader: the candidate's code runs in pytest's process
+    and can print report lines of its own."""
+    nonce = "n0nce"
+    stdout = f"{reports.APPLIED_MARK}:{nonce}\n{reports.REPORT_MARK}:{nonce}:{event}\n"
+    outcome = reports.read_report(stdout, nonce)
+    assert outcome.applied and outcome.report is None and outcome.reason == "the test report was not readable"
