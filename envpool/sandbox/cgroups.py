@@ -65,10 +65,20 @@ class ServerCgroup:
         seen, self.oom_seen = self.oom_seen, count
         return count > seen
 
+    def retired_slots(self) -> int:
+        """Slot groups the server gave up and replaced (forkserver.py `retire_slot`: something of a run
+        lived on in one, charged to it): each replacement is one more folder beside `runs`, and a
+        cgroup directory's link count is 2 plus its folders (one stat, no listing)."""
+        try:
+            return max(0, os.stat(self.memory).st_nlink - 2 - len(self.runs))
+        except OSError:
+            return 0
+
     def remove(self) -> None:
         # Killed processes leave the group a moment after kill() returns: retry briefly, then
-        # leave it to cleanup_stale().
-        for group in (*self.runs, self.memory, self.pids):
+        # leave it to cleanup_stale(). Replacement slot groups too (`run-<slot>.<n>`).
+        retired = [group for group in self.memory.glob("run-*") if group not in self.runs]
+        for group in (*retired, *self.runs, self.memory, self.pids):
             for _ in range(40):
                 try:
                     group.rmdir()

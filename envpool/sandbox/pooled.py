@@ -25,6 +25,7 @@ class PooledServer:
     server: ServerProcess
     leases: list[UidLease]
     cgroup: ServerCgroup | None = None
+    retired_slots: int = 0  # slot groups its server retired so far (logged as they come)
 
 
 class PooledForkServerSandbox:
@@ -105,7 +106,9 @@ class PooledForkServerSandbox:
         if cgroup is None:
             return
         with self._lock:
-            if not self._closed:
+            # One whose server retired a slot group is not reused: a later server would find its
+            # slot groups by their first names, and the retired one holds what could not be freed.
+            if not self._closed and not cgroup.retired_slots():
                 self._spare_cgroups.append(cgroup)
                 return
         cgroup.remove()
@@ -122,6 +125,18 @@ class PooledForkServerSandbox:
         if server.memory == "rlimit" and not self._memory_warned:
             self._memory_warned = True
             log.warning("sandbox.memory_by_address_space", backend=self.name, detail=NO_MEMORY_GROUP)
+
+    def _check_slots(self, pooled: PooledServer) -> None:
+        """Log each slot group the server retired: a run left something no garbage collection freed."""
+        retired = pooled.cgroup.retired_slots() if pooled.cgroup is not None else 0
+        if retired > pooled.retired_slots:
+            pooled.retired_slots = retired
+            log.warning(
+                "sandbox.slot_retired",
+                backend=self.name,
+                retired=retired,
+                detail="a run left memory in its slot's group that could not be freed: the slot has a new group",
+            )
 
     def _retire(self, pooled: PooledServer) -> None:
         pooled.server.kill()
@@ -157,6 +172,7 @@ class PooledForkServerSandbox:
             return sandbox_error(self.name, f"sandbox server failed: {exc}", started)
         result.backend = self.name
         self._check_memory(pooled.server)
+        self._check_slots(pooled)
         if (
             pooled.cgroup is not None
             and result.status in (RunStatus.KILLED, RunStatus.ERROR)

@@ -10,9 +10,14 @@ for the native one (x86_64, aarch64, riscv64). Denied calls fail with EPERM (ENO
 clone3/io_uring so libc and libuv fall back to clone/epoll; EAFNOSUPPORT for a socket family)
 rather than killing the process, so programs that merely probe for a feature keep working.
 
+The run filter also denies file watching (inotify, fanotify: ENOSYS; fcntl F_NOTIFY: EINVAL) and
+makes locks lock nothing (flock and fcntl's lock-setting commands return 0; F_GETLK and F_OFD_GETLK
+ENOLCK): files every server shares would carry what a run opens or locks to a concurrent run, and a
+filter cannot tell a shared file from the run's own (forkserver.py says what that costs).
+
 Two filters, stacked: `bwrap --seccomp` puts the *server* filter on the fork-server and everything
 it forks; it is the run filter less what the server needs to give each run namespaces of its own
-(`unshare` of a user, mount, IPC and UTS namespace, and `mount` for the run's tmpfs, which a user
+(`unshare` of a user, mount, IPC, UTS and network namespace, and `mount` for the run's tmpfs, which a user
 namespace confines to filesystems an unprivileged user may mount). Each run's child installs the
 *run* filter itself before the program starts, so a program gets the intersection: everything
 both deny. Other architectures get no filter (logged): the namespaces and limits still apply.
@@ -55,11 +60,20 @@ DENY_EPERM = (
 DENY_ENOSYS = ("io_uring_setup", "clone3")  # callers fall back when these are "missing"
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (NEWTIME exists only via clone3/unshare)
 CLONE_NEW_MASK = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
-SERVER_UNSHARE = 0x10000000 | 0x00020000 | 0x08000000 | 0x04000000
-"""CLONE_NEWUSER | NEWNS | NEWIPC | NEWUTS: the namespaces the fork-server's child makes for its run."""
+SERVER_UNSHARE = 0x10000000 | 0x00020000 | 0x08000000 | 0x04000000 | 0x40000000
+"""CLONE_NEWUSER | NEWNS | NEWIPC | NEWUTS | NEWNET: the namespaces the fork-server's child makes for its run."""
 SERVER_ALLOWED = ("unshare", "mount", "setns")
 """Denied to runs, allowed to the fork-server: `unshare` only with `SERVER_UNSHARE` flags, `setns`
 only into a user namespace (a slot's, forkserver.py)."""
+RUN_DENY_ENOSYS = ("inotify_init", "inotify_init1", "fanotify_init")
+"""File watching, denied to runs as if the kernel had none (aarch64 and riscv64 have no `inotify_init`):
+a watch on the read-only trees every server shares would show a run what files a concurrent run in
+another server opens."""
+F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_NOTIFY = 5, 6, 7, 36, 37, 38, 1026
+LOCK_SETS = (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW)
+"""fcntl commands that take or drop a lock: for a run, like `flock`, they succeed and lock nothing."""
+LOCK_QUERIES = (F_GETLK, F_OFD_GETLK)
+"""fcntl commands that ask who holds a lock: ENOLCK for a run (no lock table to ask)."""
 SOCKET_FAMILIES = (1, 2, 10, 16)
 """AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: the socket families a run may create; any other (AF_VSOCK,
 AF_PACKET, AF_ALG, AF_BLUETOOTH...) fails with EAFNOSUPPORT."""
@@ -74,7 +88,8 @@ X86_64_NUMBERS = {  # asm/unistd_64.h
     "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 56,
-    "socket": 41, "socketpair": 53,
+    "socket": 41, "socketpair": 53, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
+    "flock": 73, "fcntl": 72,
 }  # fmt: skip
 GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
     "ptrace": 117, "personality": 92, "pivot_root": 41, "chroot": 51, "acct": 89, "mount": 40,
@@ -85,7 +100,7 @@ GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
     "finit_module": 273, "kexec_file_load": 294, "bpf": 280, "userfaultfd": 282, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_getfd": 438, "mount_setattr": 442, "io_uring_setup": 425, "clone3": 435, "clone": 220,
-    "socket": 198, "socketpair": 199,
+    "socket": 198, "socketpair": 199, "inotify_init1": 26, "fanotify_init": 262, "flock": 32, "fcntl": 25,
 }  # fmt: skip
 
 
@@ -93,7 +108,8 @@ GENERIC_NUMBERS = {  # asm-generic/unistd.h, which arm64 (and riscv64) use
 class Abi:
     """A native syscall ABI: its `AUDIT_ARCH_*` value and the numbers of the syscalls the filters
     look at (every name in DENY_EPERM and DENY_ENOSYS; `clone`, whose flags come first; `socket`
-    and `socketpair`, whose family comes first)."""
+    and `socketpair`, whose family comes first; those of RUN_DENY_ENOSYS it has; `flock`, and
+    `fcntl`, whose command comes second)."""
 
     audit_arch: int
     numbers: dict[str, int]
@@ -148,7 +164,16 @@ def build_program(abi: Abi, *, server: bool = False) -> list[Insn | str]:
             Insn(JSET_K, CLONE_NEW_MASK & ~SERVER_UNSHARE, jt="eperm", jf="allow"),
         ]
     else:
+        watches = sorted(abi.numbers[name] for name in RUN_DENY_ENOSYS if name in abi.numbers)
         prog += [
+            *(Insn(JEQ_K, nr, jt="enosys") for nr in watches),
+            Insn(JEQ_K, abi.numbers["flock"], jt="nolock"),
+            Insn(JEQ_K, abi.numbers["fcntl"], jf="socket"),
+            Insn(LD_W_ABS, OFFSET_ARG1),  # the fcntl command
+            *(Insn(JEQ_K, cmd, jt="nolock") for cmd in LOCK_SETS),
+            *(Insn(JEQ_K, cmd, jt="enolck") for cmd in LOCK_QUERIES),
+            Insn(JEQ_K, F_NOTIFY, jt="einval", jf="allow"),  # dnotify: file watching again
+            "socket",
             Insn(JEQ_K, abi.numbers["socket"], jt="family"),
             Insn(JEQ_K, abi.numbers["socketpair"], jf="clone"),
             "family",
@@ -168,6 +193,15 @@ def build_program(abi: Abi, *, server: bool = False) -> list[Insn | str]:
         "enosys",
         Insn(RET_K, RET_ERRNO | errno.ENOSYS),
     ]
+    if not server:
+        prog += [
+            "nolock",
+            Insn(RET_K, RET_ERRNO | 0),  # the call returns 0, having done nothing
+            "enolck",
+            Insn(RET_K, RET_ERRNO | errno.ENOLCK),
+            "einval",
+            Insn(RET_K, RET_ERRNO | errno.EINVAL),
+        ]
     return prog
 
 

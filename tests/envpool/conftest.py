@@ -55,9 +55,26 @@ def _task_runs(path: str) -> bool:
     return not (fields[0] in ("Z", "X") or int(fields[6]) & PF_EXITING or pending & SIGKILL_BIT)
 
 
+def _descends_from_us(pid: int) -> bool:
+    """Whether `pid` descends from this test process: sandboxes of other processes on the machine
+    (other test sessions) run as sandbox uids too. Whatever a run leaves is reparented to its
+    server (its PID namespace's init), which descends from us."""
+    me = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == me:
+            return True
+    return False
+
+
 def live_sandbox_uid_pids() -> list[int]:
-    """Host pids running as any sandbox uid that are neither dead nor dying, nor a child waiting for
-    the next run (it has that run's uid already): must be empty between runs. Every thread counts:
+    """Host pids of this test process's sandboxes running as any sandbox uid that are neither dead
+    nor dying, nor a child waiting for the next run (it has that run's uid already): must be empty
+    between runs. Every thread counts:
     a process whose main thread has exited shows as a zombie while its other threads run on. A
     run's child that the server killed as it exited may still be in the kernel's teardown
     (SIGKILL pending, or exiting) for a millisecond after the answer: it runs no user code."""
@@ -75,6 +92,6 @@ def live_sandbox_uid_pids() -> list[int]:
             continue
         if status["Name"].strip() == "rlide-spare":  # a child waiting for the next run: no run's process
             continue
-        if any(_task_runs(f"/proc/{name}/task/{tid}") for tid in tasks):
+        if any(_task_runs(f"/proc/{name}/task/{tid}") for tid in tasks) and _descends_from_us(int(name)):
             found.append(int(name))
     return found

@@ -23,6 +23,7 @@ from envpool.sandbox.seccomp import (
     RET_ERRNO,
     RET_KILL_PROCESS,
     RISCV64,
+    RUN_DENY_ENOSYS,
     SERVER_ALLOWED,
     SERVER_UNSHARE,
     SOCKET_FAMILIES,
@@ -42,9 +43,9 @@ HEADERS = {
 }
 
 
-def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+def run_filter(program: bytes, arch: int, nr: int, arg0: int = 0, arg1: int = 0) -> int:
     """Evaluate a classic-BPF seccomp program on one `struct seccomp_data` (the opcodes we emit)."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, arg1, 0, 0, 0, 0)
     insns = [struct.unpack_from("<HBBI", program, 8 * i) for i in range(len(program) // 8)]
     pc, acc = 0, 0
     while True:
@@ -68,7 +69,8 @@ def test_each_filter_denies_its_list_and_allows_the_rest(abi: Abi) -> None:
         assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.EPERM, name
     for name in DENY_ENOSYS:
         assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.ENOSYS, name
-    denied = {abi.numbers[name] for name in (*DENY_EPERM, *DENY_ENOSYS, "socket", "socketpair")}
+    watched = [name for name in RUN_DENY_ENOSYS if name in abi.numbers]
+    denied = {abi.numbers[name] for name in (*DENY_EPERM, *DENY_ENOSYS, *watched, "socket", "socketpair", "flock")}
     for nr in set(range(460)) - denied:  # every other syscall number, clone with harmless flags
         assert run_filter(program, abi.audit_arch, nr, CLONE_THREAD_FLAGS) == RET_ALLOW, nr
     clone = abi.numbers["clone"]
@@ -76,6 +78,28 @@ def test_each_filter_denies_its_list_and_allows_the_rest(abi: Abi) -> None:
     for bit in range(32):
         if CLONE_NEW_MASK & (1 << bit):
             assert run_filter(program, abi.audit_arch, clone, 1 << bit) == RET_ERRNO | errno.EPERM, bit
+
+
+@pytest.mark.parametrize("abi", [X86_64, AARCH64, RISCV64], ids=["x86_64", "aarch64", "riscv64"])
+def test_runs_watch_nothing_and_their_locks_lock_nothing(abi: Abi) -> None:
+    """Files every server shares would carry a run's opens and locks to a concurrent run
+    (forkserver.py): watching is denied, locking returns 0 having done nothing, asking ENOLCK."""
+    program = assemble(build_program(abi))
+    for name in RUN_DENY_ENOSYS:
+        if name in abi.numbers:
+            assert run_filter(program, abi.audit_arch, abi.numbers[name]) == RET_ERRNO | errno.ENOSYS, name
+    assert run_filter(program, abi.audit_arch, abi.numbers["flock"], 3, 2) == RET_ERRNO | 0
+    fcntl = abi.numbers["fcntl"]
+    for cmd in range(2048):
+        expected = {
+            **dict.fromkeys(seccomp.LOCK_SETS, RET_ERRNO | 0),
+            **dict.fromkeys(seccomp.LOCK_QUERIES, RET_ERRNO | errno.ENOLCK),
+            seccomp.F_NOTIFY: RET_ERRNO | errno.EINVAL,
+        }.get(cmd, RET_ALLOW)
+        assert run_filter(program, abi.audit_arch, fcntl, 3, cmd) == expected, cmd
+    server = assemble(build_program(abi, server=True))
+    for cmd in (*seccomp.LOCK_SETS, *seccomp.LOCK_QUERIES):  # the server's own calls are its own
+        assert run_filter(server, abi.audit_arch, fcntl, 3, cmd) == RET_ALLOW
 
 
 @pytest.mark.parametrize("abi", [X86_64, AARCH64, RISCV64], ids=["x86_64", "aarch64", "riscv64"])
@@ -121,7 +145,10 @@ def test_syscall_numbers_are_the_kernels(abi: Abi, header: str) -> None:
     if not path.exists():
         pytest.skip(f"{path} is not installed (Debian: linux-libc-dev)")
     defined = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR_(\w+)\s+(\d+)\b", path.read_text())}
-    assert set(abi.numbers) == {*DENY_EPERM, *DENY_ENOSYS, "clone", "socket", "socketpair"}
+    if "fcntl" not in defined:  # asm-generic: __NR_fcntl is __NR3264_fcntl on 64-bit ABIs
+        defined["fcntl"] = int(re.search(r"#define __NR3264_fcntl\s+(\d+)", path.read_text())[1])
+    watched = {name for name in RUN_DENY_ENOSYS if f"__NR_{name} " in path.read_text()}
+    assert set(abi.numbers) == {*DENY_EPERM, *DENY_ENOSYS, *watched, "clone", "socket", "socketpair", "flock", "fcntl"}
     assert {name: defined.get(name) for name in abi.numbers} == abi.numbers
 
 
