@@ -133,7 +133,7 @@ def policy_episode(
         ),
     )
     store.end_episode(ep.id, EpisodeStatus.success if reward > 0 else EpisodeStatus.failure)
-    store.add_reward(ep.id, RewardSource.tests, reward, verified=True)  # as the gateway records its caller's
+    store.add_reward(ep.id, RewardSource.tests, reward, verified=True)  # as rlide's own verifier records it
     return ep.id
 
 

@@ -2,8 +2,9 @@
 
 Each action calls the same `EpisodeStore` method as the CLI and the Python API (`rlide episodes
 rate|relabel|exclude|include|delete|prefer`), so it is recorded in the log's curation history like
-any other change. Bad input gets 400 with `{"error": ...}` saying what to send, and changes nothing;
-an unknown episode gets 404. The store is only touched on worker threads: the event loop keeps
+any other change. Bad input gets 400 with `{"error": ...}` saying what to send (413 for a body too
+large, 415 for one not sent as `application/json`: `common.json_body`), and changes nothing; an
+unknown episode gets 404. The store is only touched on worker threads: the event loop keeps
 answering while SQLite reads.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import unquote_to_bytes
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from common.json_body import JsonBodyError, read_json
 from episodes.codec import CHOICE_TAG
 from episodes.db import EpisodeNotFound, StoreError
 from episodes.records import EpisodeSource, EpisodeStatus, EvalRecord, Verdict
@@ -35,6 +38,8 @@ FOLD_CHARS = 2_000
 """A step's result or arguments longer than this come folded: the page asks for the rest."""
 DIFF_MAX_CHARS = 200_000
 TOKENS_MAX = 4_000
+MAX_BODY_BYTES = 256 * 1024
+"""Largest action body read: the longest is a rating or a deletion with a 4,000-character comment."""
 
 
 class _Body(BaseModel):
@@ -76,6 +81,10 @@ class PreferBody(_Body):
     verdict: Verdict
     author: str = Field(min_length=1, max_length=200)
     comment: str | None = Field(None, max_length=4_000)
+
+
+class PreferencesParams(_Body):
+    episode: str | None = Field(None, max_length=200)
 
 
 class ListParams(_Body):
@@ -131,6 +140,17 @@ def _fold(text: str | None) -> dict[str, Any]:
     return {"text": text[:FOLD_CHARS], "chars": len(text), "folded": len(text) > FOLD_CHARS}
 
 
+def _query_problem(request: Request) -> str | None:
+    """Why the query string cannot be read as one value per parameter (None: it can). Starlette
+    decodes invalid UTF-8 into U+FFFD, and keeps only the last of a repeated parameter."""
+    try:
+        unquote_to_bytes(request.scope["query_string"].replace(b"+", b" ")).decode()
+    except UnicodeDecodeError:
+        return "the query string is not valid UTF-8 once %-decoded"
+    twice = sorted({k for k in request.query_params if len(request.query_params.getlist(k)) > 1})
+    return f"the query names {', '.join(twice)} more than once: send each parameter once" if twice else None
+
+
 def _endpoint(handler: Callable[[Call], Any]) -> Callable[[Request], Awaitable[Response]]:
     """`handler` run on a worker thread; its errors become 400/404/409 JSON."""
 
@@ -138,9 +158,12 @@ def _endpoint(handler: Callable[[Call], Any]) -> Callable[[Request], Awaitable[R
         body = None
         if request.method in ("POST", "DELETE"):
             try:
-                body = await request.json()
-            except ValueError:
-                return _error(400, "send a JSON object as the request body (Content-Type: application/json)")
+                body = await read_json(request, MAX_BODY_BYTES)
+            except JsonBodyError as exc:
+                return _error(exc.status, str(exc))
+        refused = _query_problem(request)
+        if refused is not None:
+            return _error(400, refused)
         call = Call(dict(request.path_params), {k: v for k, v in request.query_params.items() if v != ""}, body)
         try:
             result = await anyio.to_thread.run_sync(handler, call)
@@ -285,7 +308,7 @@ class DashboardApi:
         return {"deleted": episode_id}
 
     def preferences(self, call: Call) -> dict[str, Any]:
-        episode_id = call.query.get("episode")
+        episode_id = PreferencesParams.model_validate(call.query).episode
         return {"preferences": [p.model_dump(mode="json") for p in self.store.preferences.list(episode_id)]}
 
     def prefer(self, call: Call) -> dict[str, Any]:

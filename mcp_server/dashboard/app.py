@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -20,12 +21,15 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from common.http_auth import check_bind
+from common.json_body import JsonBodyError, read_body
 from episodes.store import EpisodeStore
 from mcp_server.dashboard.api import DashboardApi
 from mcp_server.dashboard.guard import TOKEN_ENV, HttpGuard, login_response, token_matches
 from mcp_server.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
+LOGIN_MAX_BYTES = 16 * 1024
+"""Largest sign-in form read (a token and the page to return to)."""
 
 _LOGIN = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>rlide: sign in</title>
 <link rel="stylesheet" href="/static/app.css"></head><body class="login"><main>
@@ -50,8 +54,11 @@ class Dashboard:
         async def login(request: Request) -> Response:
             if request.method == "GET":
                 return _login_page(request.query_params.get("next", "/"))
-            form = await request.form()
-            supplied, target = str(form.get("token", "")), str(form.get("next", "/"))
+            try:
+                form = parse_qs((await read_body(request, LOGIN_MAX_BYTES)).decode("utf-8", "replace"))
+            except JsonBodyError as exc:
+                return _login_page("/", str(exc), status=exc.status)
+            supplied, target = form.get("token", [""])[0], form.get("next", ["/"])[0]
             if token is None:
                 return RedirectResponse("/", 303)  # no token configured: nothing to sign in to
             if not token_matches(token, supplied):

@@ -9,10 +9,14 @@ One ASGI middleware in front of everything `rlide serve --http` and `rlide dashb
   carries it. Without a token (loopback only: `check_bind` refuses anything else) there is no login.
 - Every request that changes something must come from the page itself: a POST/DELETE needs the
   `X-Rlide-Request` header (a cross-origin page cannot set it without a CORS preflight, which this
-  server never grants), an `Origin`, when sent, equal to the server's own, and no
-  `Sec-Fetch-Site: cross-site`. A form post from another origin fails on all three.
+  server never grants), an `Origin`, when sent, equal to the server's own, and no `Sec-Fetch-Site`
+  naming another origin (`common.web_guard.cross_site_refusal`); the API reads a JSON body only
+  under `Content-Type: application/json` (`common.json_body`). A form post from another origin
+  fails on all of these.
 - On a loopback bind the `Host` header must name loopback, so a DNS-rebinding page (evil.example
-  resolved to 127.0.0.1) cannot read the API either.
+  resolved to 127.0.0.1) cannot read the API either (`common.web_guard.rebinding_refusal`).
+- Every response, refusals and `/mcp` included, forbids framing and MIME sniffing
+  (`common.web_guard.secured`), so no page can lay the dashboard under an overlay.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.http_auth import LOOPBACK_HOSTS, unauthorized_body
+from common.web_guard import cross_site_refusal, rebinding_refusal, secured
 
 TOKEN_ENV = "RLIDE_HTTP_TOKEN"
 """The variable holding the token of `rlide serve --http` and `rlide dashboard`."""
@@ -39,12 +44,6 @@ PUBLIC_PATHS = frozenset({"/login", "/static/app.css"})
 
 def is_mcp(path: str) -> bool:
     return path == "/mcp" or path.startswith("/mcp/")
-
-
-def _host_name(host_header: str) -> str:
-    if host_header.startswith("["):
-        return host_header[1 : host_header.find("]")] if "]" in host_header else host_header
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
 class HttpGuard:
@@ -67,6 +66,7 @@ class HttpGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = secured(send)
         request = Request(scope)
         refusal = self._refusal(request)
         if refusal is not None:
@@ -120,8 +120,9 @@ class HttpGuard:
                     headers={"www-authenticate": 'Bearer realm="rlide"'},
                 )
             return self._too_large(request)
-        if self.loopback_only and _host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
-            return JSONResponse({"error": "this dashboard answers only to a loopback Host (127.0.0.1, localhost)"}, 403)
+        rebound = rebinding_refusal(request.headers, loopback_only=self.loopback_only)
+        if rebound is not None:
+            return JSONResponse({"error": rebound}, 403)
         if request.method not in SAFE_METHODS:
             cross = self._cross_site(request, path)
             if cross is not None:
@@ -155,12 +156,9 @@ class HttpGuard:
     @staticmethod
     def _cross_site(request: Request, path: str) -> str | None:
         """Why this state-changing request may come from another site (None: it is the page's own)."""
-        origin = request.headers.get("origin")
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        if origin is not None and origin != own:
-            return f"cross-origin request refused (Origin {origin} is not {own})"
-        if request.headers.get("sec-fetch-site") == "cross-site":
-            return "cross-site request refused"
+        cross = cross_site_refusal(request)
+        if cross is not None:
+            return cross
         if path != "/login" and request.headers.get(ACTION_HEADER) != "1":
             return f"actions need the {ACTION_HEADER.title()}: 1 header (the dashboard page sends it)"
         return None
@@ -184,7 +182,7 @@ def envelope_problem(body: bytes) -> tuple[str | None, str | int | None]:
     or when it is not JSON at all), and the request id to answer with."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep for Python's parser: not JSON it can take
         return None, None
     if not isinstance(data, dict):
         return "Invalid Request: send one JSON-RPC message, a JSON object (batches are not supported)", None

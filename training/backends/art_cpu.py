@@ -103,7 +103,9 @@ class CpuArtStandin:
             served = replace(self.config, model_name=self.config.run_model_name, run=DEFAULT_RUN)
             self._scratch = Path(tempfile.mkdtemp(prefix="rlide-art-cpu-"))
             store = EpisodeStore.open(str(self._scratch / "unused.db"))  # the stand-in records no episodes
-            gateway = Gateway(TransformersEngine(served, reload_interval_s=0.0), store, token=self._api_key)
+            gateway = Gateway(
+                TransformersEngine(served, reload_interval_s=0.0), store, token=self._api_key, bind_host="127.0.0.1"
+            )
             self._server = uvicorn.Server(uvicorn.Config(gateway.app, host="127.0.0.1", port=0, log_level="warning"))
             self._thread = threading.Thread(target=self._server.run, name="art-cpu-policy-server", daemon=True)
             self._thread.start()

@@ -9,14 +9,18 @@
     POST /episodes/{id}/v1/chat/completions          a completion recorded into episode {id} with its
                                                      prompt/completion token ids and per-token logprobs
     POST /episodes/{id}/end                          {"outcome": success|failure|aborted, "reward"?}: the outcome
-                                                     is recorded as MCP's end_episode records it (+1, -1, 0)
+                                                     is recorded as MCP's end_episode records it (+1, -1, 0);
+                                                     the reward, a claim (never verified evidence)
 
 An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL produces a policy
 episode whose every assistant turn is exactly what was sampled, which is what GRPO trains on.
 
 Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bearer <token>`, which is
 what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
-(`common.http_auth`, the same rule and middleware as the MCP HTTP transport).
+(`common.http_auth`, the same rule and middleware as the MCP HTTP transport). Web pages: the same
+rules as the dashboard (`common.web_guard`, `common.json_body`): a request from another origin is
+refused (403), so is a foreign Host on a loopback bind (DNS rebinding), a body not sent as
+`application/json` (415), and no response may be framed. API clients send JSON and no Origin.
 
 The model behind it is a `PolicyEngine` (`training.gateway.engines.policy_engine`): `TransformersEngine`
 serves a cpu run's checkpoints and reloads when a newer one appears; `ProxyEngine` forwards to the
@@ -34,16 +38,18 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import anyio
-import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from common.http_auth import check_bind, protect
+from common.json_body import JsonBodyError, read_json
+from common.web_guard import ApiGuard
 from episodes.codec import CHOICE_TAG, encode_choice
 from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, mask_url_password
 from episodes.policy_turns import EncodedTurn, RedactedRequest
@@ -74,34 +80,21 @@ TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Largest request body read. A 128k-token conversation is well under 1 MB of JSON."""
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+B = TypeVar("B", bound=BaseModel)
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, status_code=status)
 
 
-async def _json_body(request: Request) -> Any:
-    """The request's body as JSON, read no further than `MAX_REQUEST_BYTES` (413 past it). Decoded
-    by orjson, which refuses what the tokenizer would fail on later (a lone surrogate: a 500 from
-    deep inside `tokenizers`), what is not JSON (NaN, invalid UTF-8) and nesting past 1,024 levels,
-    all as 400s."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
-        raise BadRequest(_too_large(int(declared)), 413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_REQUEST_BYTES:
-            raise BadRequest(_too_large(size), 413)
-        chunks.append(chunk)
+async def _json_body(request: Request, *, unique_keys: bool = True) -> Any:
+    """The request's body as strict JSON (`common.json_body`: `application/json` only, at most
+    `MAX_REQUEST_BYTES`, no NaN, invalid UTF-8, lone surrogate (a 500 from deep inside `tokenizers`
+    later) or deep nesting), else BadRequest with the status to answer (400, 413, 415)."""
     try:
-        return orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
-
-
-def _too_large(size: int) -> str:
-    return f"the request body is {size} bytes or more; this endpoint takes at most {MAX_REQUEST_BYTES}"
+        return await read_json(request, MAX_REQUEST_BYTES, unique_keys=unique_keys)
+    except JsonBodyError as exc:
+        raise BadRequest(str(exc), exc.status) from exc
 
 
 def _message(message: Any, index: int) -> dict[str, Any]:
@@ -323,6 +316,34 @@ def _refusal(episode_id: str, source: EpisodeSource, status: EpisodeStatus) -> s
     return None
 
 
+class NewEpisode(BaseModel):
+    """`POST /episodes`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    task: str = Field(min_length=1, pattern=r"\S", description="what the agent is asked to do")
+    client: str | None = Field(None, max_length=200, description="the agent's name (default: gateway)")
+
+
+class EndEpisode(BaseModel):
+    """`POST /episodes/{id}/end`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    outcome: Literal["success", "failure", "aborted"]
+    reward: float | None = Field(None, ge=-1.0, le=1.0, description="the caller's own judgement: a claim")
+
+
+def _validated(model: type[B], body: Any) -> B:
+    """`body` as `model`, or BadRequest naming each wrong field and the shape to send."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        fields = ", ".join(
+            f'"{name}"' + ("" if f.is_required() else " (optional)") for name, f in model.model_fields.items()
+        )
+        raise BadRequest(f"{problems}. Send a JSON object with {fields}") from exc
+
+
 class LastTurns:
     """The context of the last turn this process recorded into each recent episode, so a turn
     needs no read of the log before it samples: only its write, which re-checks that the episode
@@ -358,13 +379,23 @@ class Gateway:
     """The ASGI app and what it holds: the engine, the episode log, the served alias.
 
     `token`: when set, `app` refuses (401, OpenAI error shape) every request without
-    `Authorization: Bearer <token>`; `routes` is the unprotected Starlette app underneath."""
+    `Authorization: Bearer <token>`. Whatever the token, `app` refuses what a web page could send
+    (`common.web_guard.ApiGuard`: another origin; on a loopback `bind_host`, a foreign Host) and
+    forbids framing; `routes` is the unprotected Starlette app underneath."""
 
     def __init__(
-        self, engine: PolicyEngine, store: EpisodeStore, *, token: str | None = None, recorded_model: str | None = None
+        self,
+        engine: PolicyEngine,
+        store: EpisodeStore,
+        *,
+        token: str | None = None,
+        recorded_model: str | None = None,
+        bind_host: str | None = None,
     ) -> None:
         """`recorded_model`: the name a recorded turn gives its model, `{recorded_model}@{step}`: the run's
-        (`BackendConfig.run_model_name`), so the run's worker trains on its own episodes only."""
+        (`BackendConfig.run_model_name`), so the run's worker trains on its own episodes only.
+        `bind_host`: the address `app` is served on (`serve`); whoever serves `app` on a socket
+        passes it, so that a loopback bind refuses a DNS-rebinding Host. None: served in-process."""
         self.engine = engine
         self.store = store
         self.alias = engine.model_id
@@ -382,14 +413,23 @@ class Gateway:
                 Route("/episodes/{episode_id}/end", self.end_episode, methods=["POST"]),
             ]
         )
-        self.app = protect(self.routes, token, token_env=TOKEN_ENV)
+        self.app = ApiGuard(
+            protect(self.routes, token, token_env=TOKEN_ENV),
+            bind_host=bind_host,
+            refuse=lambda status, message: _error(status, message, code="cross_site_request"),
+        )
 
     async def models(self, request: Request) -> JSONResponse:
         """The stable alias, and the checkpoint it serves now by the name ART's vLLM gives it; each
         model says its checkpoint step and the episode log its recorded calls go to (`episode_log`:
-        fields OpenAI's clients keep as extras)."""
+        fields OpenAI's clients keep as extras). Under an episode's base URL, the episode must exist."""
+        episode_id = request.path_params.get("episode_id")
         try:
+            if episode_id is not None:
+                await anyio.to_thread.run_sync(self.store.get_episode, episode_id)
             step = await anyio.to_thread.run_sync(self.engine.refresh)
+        except EpisodeNotFound as exc:
+            return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
         except BadRequest as exc:  # an upstream that serves nothing usable (`ProxyEngine`)
             return _error(exc.status, str(exc), code=exc.code)
         listed = [
@@ -408,7 +448,9 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         episode_id = request.path_params.get("episode_id")
         try:
-            body = await _json_body(request)
+            # Keys seen twice are let through here: a chat body is the hot path and large, and the value
+            # recorded is the one sampled from (no reward rides on it).
+            body = await _json_body(request, unique_keys=False)
             step = self.engine.checkpoint_step
             if isinstance(body, dict) and body.get("model") not in (None, *served_names(self.alias, step)):
                 step = await anyio.to_thread.run_sync(self.engine.refresh)  # asked for a newer checkpoint?
@@ -423,8 +465,6 @@ class Gateway:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
             return _error(404, f"{exc}: POST /episodes to start one", code="episode_not_found")
-        except RecursionError:  # JSON up to 1,024 levels decodes; redaction and the template recurse in Python
-            return _error(400, "the request nests too deeply (objects or lists inside each other ~1,000 levels)")
         response = completion_response(self.alias, completion, want_logprobs, want_ids)
         if stream:
             return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
@@ -470,15 +510,11 @@ class Gateway:
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:
-            body = await _json_body(request)
+            body = _validated(NewEpisode, await _json_body(request))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
-        task = body.get("task") if isinstance(body, dict) else None
-        client = (body.get("client") if isinstance(body, dict) else None) or "gateway"
-        if not isinstance(task, str) or not task.strip() or not isinstance(client, str):
-            return _error(400, 'send {"task": "what the agent is asked to do", "client": "its name (optional)"}')
         episode = await anyio.to_thread.run_sync(
-            lambda: self.store.start_episode(task, source=EpisodeSource.policy, client=client)
+            lambda: self.store.start_episode(body.task, source=EpisodeSource.policy, client=body.client or "gateway")
         )
         base = str(request.base_url).rstrip("/")
         return JSONResponse({"episode_id": episode.id, "base_url": f"{base}/episodes/{episode.id}/v1"}, status_code=201)
@@ -486,20 +522,12 @@ class Gateway:
     async def end_episode(self, request: Request) -> JSONResponse:
         episode_id = request.path_params["episode_id"]
         try:
-            body = await _json_body(request)
+            body = _validated(EndEpisode, await _json_body(request))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
-        outcome = body.get("outcome") if isinstance(body, dict) else None
-        reward = body.get("reward") if isinstance(body, dict) else None
-        if outcome not in ("success", "failure", "aborted"):
-            return _error(400, 'send {"outcome": "success" | "failure" | "aborted", "reward": -1..1 (optional)}')
-        if reward is not None and (
-            isinstance(reward, bool) or not isinstance(reward, int | float) or not -1 <= reward <= 1
-        ):
-            return _error(400, "reward must be a number from -1 to 1")
         self.last_turns.forget(episode_id)
         try:
-            episode = await anyio.to_thread.run_sync(self._end, episode_id, EpisodeStatus(outcome), reward)
+            episode = await anyio.to_thread.run_sync(self._end, episode_id, EpisodeStatus(body.outcome), body.reward)
         except EpisodeNotFound as exc:
             return _error(404, str(exc), code="episode_not_found")
         except EpisodeClosed as exc:
@@ -510,7 +538,7 @@ class Gateway:
 
     def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Episode:
         """End a policy episode with its outcome reward, as MCP's `end_episode` records it
-        (`EpisodeStore.end_with_outcome`), then the caller's own reward. An IDE episode is the MCP
+        (`EpisodeStore.end_with_outcome`), then the caller's own reward, as a claim. An IDE episode is the MCP
         server's to end: its verified reward is rlide's own run of the project's tests, which a number
         sent here must never stand over."""
         episode = self.store.get_episode(episode_id)
@@ -518,17 +546,23 @@ class Gateway:
             raise BadRequest(refused.replace("; POST", ", ended through the MCP server's end_episode; POST"), 409)
         self.store.end_with_outcome(episode_id, status)
         if reward is not None:
-            # The caller that drives the policy judged the episode (its own verifier): a verified
-            # tests result, as rlide's own run_tests would record one.
-            self.store.add_reward(episode_id, RewardSource.tests, float(reward), "gateway", verified=True)
+            # Whoever calls over HTTP is no verifier rlide trusts (a web page could be the caller): its
+            # number is a claim, weighed like an agent's rating of itself and never verified evidence.
+            # A trusted in-process judge writes its verified reward through the store.
+            self.store.add_reward(episode_id, RewardSource.self_rating, float(reward), "gateway: the caller's reward")
         return self.store.get_episode(episode_id)
 
 
 def build_gateway(
-    config: BackendConfig, database_url: str, *, token: str | None = None, upstream: str | None = None
+    config: BackendConfig,
+    database_url: str,
+    *,
+    token: str | None = None,
+    upstream: str | None = None,
+    bind_host: str | None = None,
 ) -> Gateway:
     """The gateway for a run: its engine is `engines.policy_engine`'s choice, never past the step the
-    log committed for the run."""
+    log committed for the run; `bind_host` as `Gateway` takes it."""
     store = EpisodeStore.open(database_url)
 
     try:
@@ -536,7 +570,7 @@ def build_gateway(
     except BaseException:
         store.close()
         raise
-    return Gateway(engine, store, token=token, recorded_model=config.run_model_name)
+    return Gateway(engine, store, token=token, recorded_model=config.run_model_name, bind_host=bind_host)
 
 
 class AddressUnavailable(Exception):
@@ -600,7 +634,7 @@ def serve(
     check_bind(host, token, token_env=TOKEN_ENV)
     sock = listen(host, port)
     try:
-        gateway = build_gateway(config, database_url, token=token, upstream=upstream)
+        gateway = build_gateway(config, database_url, token=token, upstream=upstream, bind_host=host)
         try:
             Server(uvicorn.Config(gateway.app, log_level="warning")).run(sockets=[sock])
         finally:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from common.json_body import MAX_DEPTH
+from episodes.records import EpisodeSource
 from episodes.store import EpisodeStore
 from tests.logdata import CannedEngine
 from training.gateway.app import MAX_REQUEST_BYTES, Gateway
@@ -48,11 +50,15 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
     ("lone surrogate", b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "not valid JSON: no low surrogate"),
     ("NaN", b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}', "not valid JSON"),
     ("invalid UTF-8", b'{"messages": [{"role": "user", "content": "\xff"}]}', "not valid JSON"),
-    ("past the decoder's depth", ('{"messages": [], "tools": [' + nested(1100) + "]}").encode(), "depth limit"),
     (
-        "past the recorder's depth",
-        ('{"messages": [{"role": "user", "content": "x"}], "tools": [' + nested(1010) + "]}").encode(),
-        "nests too deeply",
+        "far past the depth",
+        ('{"messages": [], "tools": [' + nested(1100) + "]}").encode(),
+        f"more than {MAX_DEPTH} deep",
+    ),
+    (
+        "just past the depth",
+        ('{"messages": [{"role": "user", "content": "x"}], "tools": [' + nested(MAX_DEPTH) + "]}").encode(),
+        f"more than {MAX_DEPTH} deep",
     ),
 ]
 
@@ -71,14 +77,11 @@ def test_a_malformed_request_is_refused_unsampled_and_unrecorded(
     engine, http, episode_id = served
     for path in ("/v1/chat/completions", f"/episodes/{episode_id}/v1/chat/completions"):
         refused = http.post(path, content=body, headers={"content-type": "application/json"})
-        if name == "past the recorder's depth" and path == "/v1/chat/completions":
-            assert refused.status_code == 200  # nothing recorded, so nothing recurses that deep
-            continue
         assert refused.status_code == 400, (name, path, refused.text)
         error: dict[str, Any] = refused.json()["error"]
         assert says in error["message"] and error["type"] == "invalid_request_error", (name, error)
     assert store.turns.policy_turns(episode_id) == []
-    assert engine.calls == [] or name == "past the recorder's depth"
+    assert engine.calls == []
     # The episode still takes a well-formed turn.
     ok = http.post(f"/episodes/{episode_id}/v1/chat/completions", json={"messages": [USER], "tools": [TOOL]})
     assert ok.status_code == 200, ok.text
@@ -132,8 +135,24 @@ def test_episode_bodies_of_the_wrong_type_change_nothing(
     assert refused.status_code == 400 and '"client"' in refused.json()["error"]["message"]
     assert len(store.list_episodes(limit=100)) == before
     refused = http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": True})
-    assert refused.status_code == 400 and "reward must be a number" in refused.text
+    assert refused.status_code == 400 and "reward: Input should be a valid number" in refused.text
     episode = store.get_episode(episode_id)
     assert episode.status.value == "open" and episode.reward_total is None
     assert http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": 1}).status_code == 200
     assert store.get_episode(episode_id).reward_total == 1.0
+
+
+def test_a_reward_sent_to_end_is_a_claim_and_never_verified(
+    served: tuple[CannedEngine, TestClient, str], store: EpisodeStore
+) -> None:
+    """Whoever calls /end (a scaffold, or a web page) is no verifier: its reward is recorded as an
+    unverified rating, like an agent's own, and the episode is not trained on by default. Before, it
+    was a verified tests reward."""
+    _, http, episode_id = served
+    assert http.post(f"/episodes/{episode_id}/end", json={"outcome": "success", "reward": 1}).status_code == 200
+    rewards = store.detail(episode_id).rewards
+    assert [(r.source.value, r.value, r.verified) for r in rewards] == [
+        ("outcome", 1.0, False),
+        ("feedback", 1.0, False),
+    ]
+    assert episode_id not in [e.id for e in store.terminal_episodes(source=EpisodeSource.policy)]

@@ -79,14 +79,16 @@ async def test_an_episode_ended_through_the_endpoint_gets_mcps_outcome_reward(
         assert (policy.source, policy.status) == (EpisodeSource.policy, EpisodeStatus(outcome))
         assert policy.reward_total == store.get_episode(by_mcp).reward_total == value
 
-        # With the caller's own verdict: the outcome, then a verified tests reward; ending twice is refused.
+        # With the caller's own reward: the outcome, then that reward as a claim (an unverified rating,
+        # as an agent's own give_feedback is stored), never evidence; ending twice is refused.
         second = http.post("/episodes", json={"task": "write a number"}).json()["episode_id"]
         judged = http.post(f"/episodes/{second}/end", json={"outcome": outcome, "reward": 0.5})
         assert judged.status_code == 200, judged.text
         assert _rewards(store, second) == [
             (RewardSource.outcome, value, f"outcome: {outcome}"),
-            (RewardSource.tests, 0.5, "gateway"),
+            (RewardSource.feedback, 0.5, "gateway: the caller's reward"),
         ]
+        assert not any(r.verified for r in store.detail(second).rewards)
         again = http.post(f"/episodes/{second}/end", json={"outcome": "success"})
         assert again.status_code == 409 and len(_rewards(store, second)) == 2
     finally:
