@@ -23,13 +23,16 @@ import anyio
 import structlog
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.exceptions import MCPServerError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from episodes.db import EpisodeNotFound, StoreBusy, StoreError
 from episodes.records import EpisodeStatus
 from episodes.store import EpisodeStore
 from mcp_server.result_size import result_chars
+from mcp_server.schema import argument_problems
 
 log = structlog.get_logger(__name__)
 
@@ -284,3 +287,37 @@ class ResultSizeLimit:
         )
         trimmed = {k: v for k, v in result.items() if k not in ("content", "structuredContent")}
         return {**trimmed, "content": [{"type": "text", "text": message}], "isError": True}
+
+
+PAGED_METHODS = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
+"""Listings rlide answers in one page: it hands out no cursor, so any cursor sent is invalid."""
+
+
+@dataclass
+class ProtocolFaults:
+    """Protocol errors that say what was wrong: the SDK answers a request before `initialize`, or
+    with params that fail its schema, with -32602 and the bare message "Invalid request parameters",
+    and ignores a pagination cursor it never issued (MCP: an invalid cursor is -32602)."""
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        params = ctx.params or {}
+        if ctx.method in PAGED_METHODS and params.get("cursor") is not None:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"invalid cursor {str(params['cursor'])[:80]!r}: {ctx.method} returns everything in one page"
+                " (no nextCursor); call it again without a cursor",
+            )
+        try:
+            return await call_next(ctx)
+        except ValidationError as exc:
+            raise MCPError(INVALID_PARAMS, argument_problems(exc, f"invalid params for {ctx.method}")) from None
+        except MCPError as exc:
+            conn = _connection(ctx)
+            if exc.error.code != INVALID_PARAMS or exc.error.message != "Invalid request parameters":
+                raise
+            if conn is not None and not conn.initialize_accepted:
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"{ctx.method} before initialize: send initialize, then notifications/initialized, first",
+                ) from None
+            raise MCPError(INVALID_PARAMS, f"invalid params for {ctx.method}: check them against its schema") from None

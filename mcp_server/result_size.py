@@ -51,19 +51,28 @@ def fit_result(
     measure: Callable[[Result], int] = model_result_chars,
 ) -> Result:
     """`build(budget)` makes the result with each of its long texts cut to at most `budget`
-    characters; `longest` is the longest of those texts. Returns the first result that fits
-    `limit` (as `measure` counts it), trying budgets from `longest` down, each scaled by how far
-    over the last one was; after `FIT_TRIES`, the last one (the middleware then reports it: only a
-    result whose other fields alone are over the limit gets there)."""
+    characters (every text the same cap: each hit keeps its fair share, and says what was cut);
+    `longest` is the longest of those texts. Returns the first result that fits `limit` (as
+    `measure` counts it), scaling only the part of the result the budget governs: what is left at
+    budget 0 (field names, ids, the notes of what was cut) is fixed, and with many hits it is most
+    of the limit. After `FIT_TRIES`, the budget-0 result, which fits whenever anything can (the
+    middleware reports one whose fixed part alone is over the limit)."""
+    result = build(longest)
+    size = measure(result)
+    if size <= limit:
+        return result
+    floor = build(0)
+    fixed = measure(floor)
     budget = longest
-    result = build(budget)
     for _ in range(FIT_TRIES):
+        if fixed >= limit or size <= fixed:
+            break
+        budget = int(budget * (limit - fixed) / (size - fixed) * FIT_MARGIN)
+        result = build(budget)
         size = measure(result)
         if size <= limit:
-            break
-        budget = int(budget * limit / size * FIT_MARGIN)
-        result = build(budget)
-    return result
+            return result
+    return floor
 
 
 def clip(text: str | None, limit: int) -> str | None:

@@ -12,22 +12,25 @@ from typing import Any, Union, get_args, get_origin
 import anyio
 import structlog
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceNotFoundError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types import Tool as MCPTool
+from pydantic import ValidationError
 
 from episodes.db import EpisodeNotFound
 from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub, VerificationHub
 from mcp_server.logs import configure_logging
-from mcp_server.middleware import EpisodeRecorder, RecordingMiddleware, ResultSizeLimit
+from mcp_server.middleware import EpisodeRecorder, ProtocolFaults, RecordingMiddleware, ResultSizeLimit
 from mcp_server.prompts import PROMPTS
-from mcp_server.schema import inline_refs
+from mcp_server.schema import argument_problems, inline_refs
 from mcp_server.settings import Settings, load_settings
 from mcp_server.state import AppState, app_state
 from mcp_server.tools import episodes, execute, search, training
+from mcp_server.transports.stdio import serve_stdio
 from mcp_server.workspaces import WorkspaceHub
 
 log = structlog.get_logger(__name__)
@@ -62,25 +65,55 @@ def _takes_text(annotation: Any) -> bool:
     return annotation is str or (get_origin(annotation) in (Union, UnionType) and str in get_args(annotation))
 
 
+class _ArgumentsExplained(Tool):
+    """A tool whose refused arguments read as one line per argument (`argument_problems`), not as
+    the SDK's "Error executing tool X: N validation errors for XArguments" and a page of pydantic."""
+
+    async def run(self, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().run(arguments, *args, **kwargs)
+        except ToolError as exc:
+            cause = exc.__cause__
+            # Only the SDK's own argument check: a tool's ToolError about a request it built says more.
+            if isinstance(cause, ValidationError) and cause.title == self.fn_metadata.arg_model.__name__:
+                raise ToolError(argument_problems(cause, f"invalid arguments for {self.name}")) from cause
+            raise
+
+
 class RlideServer(MCPServer[AppState]):
-    """MCPServer that publishes inlined schemas (no `$defs`/`$ref`), which every IDE host accepts, and
-    passes text arguments through as sent (`_StringsStayStrings`)."""
+    """MCPServer that publishes inlined schemas (no `$defs`/`$ref`), which every IDE host accepts,
+    passes text arguments through as sent (`_StringsStayStrings`), refuses bad tool and prompt
+    arguments in one line each, and reads stdio through `mcp_server.transports.stdio` (every line answered)."""
 
     async def get_prompt(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        # An unknown name is the caller's mistake: invalid params (-32602), not an internal error
-        # with a traceback on stderr.
-        if self._prompt_manager.get_prompt(name) is None:
+        # A caller's mistake is invalid params (-32602) saying which argument, not code 0 (or
+        # -32603) with a traceback on stderr, which is what the SDK makes of it.
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
             known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
             raise MCPError(INVALID_PARAMS, f"unknown prompt {name!r}: the prompts are {known}")
+        arguments = (args[0] if args else kwargs.get("arguments")) or {}
+        try:
+            prompt.fn(**arguments)  # the prompt's validator (pydantic's validate_call) is its schema
+        except ValidationError as exc:
+            log.info("prompt_arguments_refused", prompt=name, arguments=sorted(arguments))
+            raise MCPError(INVALID_PARAMS, argument_problems(exc, f"invalid arguments for prompt {name}")) from None
         return await super().get_prompt(name, *args, **kwargs)
+
+    async def run_stdio_async(self) -> None:
+        lowlevel = self._lowlevel_server
+        await serve_stdio(lambda read, write: lowlevel.run(read, write, lowlevel.create_initialization_options()))
 
     def add_tool(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         # A docstring's own indentation is not the model's to read (every line after the first kept it).
         kwargs.setdefault("description", inspect.cleandoc(fn.__doc__ or ""))
         super().add_tool(fn, *args, **kwargs)
-        tool = self._tool_manager.get_tool(kwargs.get("name") or fn.__name__)
+        name = kwargs.get("name") or fn.__name__
+        tool = self._tool_manager.get_tool(name)
         assert tool is not None
-        tool.fn_metadata = _StringsStayStrings.model_construct(**dict(tool.fn_metadata))
+        explained = _ArgumentsExplained.model_construct(**dict(tool))
+        explained.fn_metadata = _StringsStayStrings.model_construct(**dict(tool.fn_metadata))
+        self._tool_manager._tools[name] = explained  # the SDK builds the Tool; no hook to choose its class
 
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()
@@ -145,6 +178,7 @@ def build_server(settings: Settings | None = None) -> RlideServer:
         lifespan=lifespan,
         # Outermost first: the recorder logs the result the client actually receives.
         middleware=[
+            ProtocolFaults(),
             RecordingMiddleware(lambda ctx: app_state(ctx).recorder),
             ResultSizeLimit(lambda ctx: app_state(ctx).settings.max_result_chars),
         ],

@@ -81,7 +81,7 @@ def serve(
     if not http:
         server.run("stdio")
         return
-    from mcp_server.http import HttpConfigError, serve_http
+    from mcp_server.transports.http import HttpConfigError, serve_http
 
     try:
         serve_http(server, settings)

@@ -19,7 +19,7 @@ def dashboard(
     from common.http_auth import InsecureBind
     from episodes.db import StoreError
     from mcp_server.dashboard.app import guarded_app
-    from mcp_server.http import run_app
+    from mcp_server.transports.http import run_app
 
     token = settings.http_token.get_secret_value() if settings.http_token else None
     try:

@@ -120,7 +120,7 @@ async def start_episode(
     if not task.strip():
         raise ToolError("task is blank: describe in a sentence what you are about to do")
     state = app_state(ctx)
-    if workspace is not None and not await anyio.to_thread.run_sync(Path(workspace).expanduser().is_dir):
+    if workspace is not None and not await anyio.to_thread.run_sync(_is_folder, workspace):
         served = state.settings.served_workspace
         raise ToolError(
             f"workspace {workspace!r} does not exist on this machine (or is not a folder): pass the project's"
@@ -150,7 +150,8 @@ async def start_episode(
     verifier = await _begin_verifier(state, episode.id, workspace)
     if test_command is not None and test_command.strip() and verifier and test_command.strip() != verifier.command:
         named = f"the episode is verified by the project's `{verifier.command}`" if verifier.command else "not adopted"
-        note = " ".join(filter(None, [note, f"test_command `{test_command.strip()}`: {named}; run it with run_tests"]))
+        named_command = clip(test_command.strip(), LISTED_TEXT_CHARS)  # an echo, not a copy: it is 10,000 at most
+        note = " ".join(filter(None, [note, f"test_command `{named_command}`: {named}; run it with run_tests"]))
     return StartEpisodeResult(
         episode_id=episode.id,
         task=clip(episode.task, LISTED_TEXT_CHARS) or "",
@@ -158,6 +159,13 @@ async def start_episode(
         verifier=describe_verifier(verifier),
         note=note,
     )
+
+
+def _is_folder(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_dir()
+    except OSError:  # a name too long for the file system, say: no folder of this machine
+        return False
 
 
 async def _begin_verifier(state: AppState, episode_id: str, workspace: str | None) -> EpisodeVerifier | None:

@@ -22,6 +22,8 @@ characters by default; never more than the server's result limit."""
 FULL_TOP = 3
 """Hits whose whole text a default answer shows; the others show an excerpt."""
 EXCERPT_LINES = 3
+FILE_CHARS = 40
+"""A past solution lists one touched file for each this many characters of its text budget."""
 
 WorkspacePath = Annotated[
     str | None,
@@ -245,11 +247,12 @@ async def recall_solutions(
     limit = state.settings.max_result_chars
 
     def cut_to(budget: int) -> RecallResult:
-        """Each solution's task and summary within `budget` characters, and as many of its files."""
+        """Each solution's task, summary and each file path within `budget` characters, and a file
+        for each `FILE_CHARS` of it (at budget 0: none, and how many there were)."""
         solutions = []
         for hit in hits:
             episode = hit.episode
-            files = episode.files_touched[: max(1, budget // 40)]
+            files = [clip(path, budget) or "" for path in episode.files_touched[: budget // FILE_CHARS]]
             more = len(episode.files_touched) - len(files)
             solutions.append(
                 {
@@ -262,8 +265,10 @@ async def recall_solutions(
             )
         return RecallResult(solutions=solutions)
 
-    longest = max((len(t) for h in hits for t in (h.episode.task, h.episode.summary)), default=0)
-    longest = max(longest, 40 * max((len(h.episode.files_touched) for h in hits), default=0))
+    longest = max(
+        (len(t) for h in hits for t in (h.episode.task, h.episode.summary, *h.episode.files_touched)), default=0
+    )
+    longest = max(longest, FILE_CHARS * max((len(h.episode.files_touched) for h in hits), default=0))
     return fit_result(cut_to, limit, longest)
 
 

@@ -2,23 +2,30 @@
 
 The MCP endpoint is `/mcp`; the dashboard (`mcp_server.dashboard`) is served beside it at `/`.
 The token rule lives in `common.http_auth`, shared with the policy endpoint; the dashboard's cookie
-and cross-site rules in `mcp_server.dashboard.guard`.
+and cross-site rules in `mcp_server.dashboard.guard`. `McpWire`, outermost, keeps two faults of the
+SDK's HTTP handling off the wire (see docs/upstream/mcp-python-sdk.md).
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from typing import Any
 
 import structlog
 import uvicorn
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp_types import JSONRPCMessage
+from mcp_types import PARSE_ERROR, JSONRPCMessage
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from common.http_auth import InsecureBind as HttpConfigError
+from common.json_depth import nests_deeper_than
 from mcp_server.dashboard.app import guarded_app
+from mcp_server.dashboard.guard import is_mcp
 from mcp_server.server import RlideServer
 from mcp_server.settings import Settings
+from mcp_server.transports.stdio import MAX_JSON_DEPTH, too_deep_message
 
 log = structlog.get_logger(__name__)
 
@@ -57,14 +64,76 @@ RETRY_MS = 2_000
 """The reconnection delay the server asks of a client whose stream dropped (SSE `retry:`)."""
 
 
-def build_http_app(server: RlideServer, settings: Settings) -> Any:
+REQUEST_CANCELLED = -32800
+
+
+class McpWire:
+    """For `/mcp` requests, in front of the guard and the SDK:
+
+    - a body nested deeper than `MAX_JSON_DEPTH` is a parse error (-32700, HTTP 400): Python's json
+      (the guard's envelope check) raised RecursionError on it, a 500 with a traceback. The body is
+      looked at only as the inner app reads it, so a request refused for its token or its size is
+      never read here.
+    - a request the client cancelled gets no answer, as MCP says: the SDK's handshake-era transport
+      ends its stream with a -32800 "Request cancelled" error, dropped here (the stream still ends).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not is_mcp(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        too_deep = responded = False
+
+        async def checked_receive() -> Message:
+            nonlocal too_deep
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body", False) and nests_deeper_than(bytes(body), MAX_JSON_DEPTH):
+                    too_deep = True
+                    return {"type": "http.disconnect"}  # the inner app stops; the answer is ours
+            return message
+
+        async def quiet_send(message: Message) -> None:
+            nonlocal responded
+            responded = responded or message["type"] == "http.response.start"
+            if message["type"] == "http.response.body" and _answers_a_cancelled_request(message.get("body", b"")):
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app(scope, checked_receive, quiet_send)
+        if too_deep and not responded:
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": too_deep_message()}}
+            await JSONResponse(error, 400)(scope, receive, send)
+
+
+def _answers_a_cancelled_request(chunk: bytes) -> bool:
+    """Whether `chunk` is an SSE event carrying a -32800 error (the SDK writes one event a chunk)."""
+    if b"-32800" not in chunk:
+        return False
+    for line in chunk.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[len(b"data:") :])
+            except ValueError:
+                return False
+            error = data.get("error") if isinstance(data, dict) else None
+            return isinstance(error, dict) and error.get("code") == REQUEST_CANCELLED
+    return False
+
+
+def build_http_app(server: RlideServer, settings: Settings) -> McpWire:
     mcp_app = server.streamable_http_app(
         host=settings.http_host,
         max_request_body_size=settings.http_max_body_mb * MIB,
         event_store=RecentEvents(),
         retry_interval=RETRY_MS,
     )
-    return guarded_app(settings, list(mcp_app.routes), mcp_app.router.lifespan_context)
+    return McpWire(guarded_app(settings, list(mcp_app.routes), mcp_app.router.lifespan_context))
 
 
 def serve_http(server: RlideServer, settings: Settings) -> None:
@@ -84,4 +153,4 @@ def run_app(app: Any, settings: Settings, *, what: str) -> None:
     uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False, lifespan="on")
 
 
-__all__ = ["HttpConfigError", "build_http_app", "run_app", "serve_http"]
+__all__ = ["HttpConfigError", "McpWire", "build_http_app", "run_app", "serve_http"]

@@ -23,9 +23,9 @@ from starlette.testclient import TestClient
 from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from mcp_server.dashboard.guard import HttpGuard
-from mcp_server.http import HttpConfigError, build_http_app
 from mcp_server.server import build_server
 from mcp_server.settings import load_settings
+from mcp_server.transports.http import HttpConfigError, McpWire, build_http_app
 from tests.conftest import HttpServer, free_port
 from tests.mcp_calls import call_ok
 
@@ -166,7 +166,7 @@ def test_non_loopback_bind_without_token_refuses_to_start(how: str, rlide_exe: P
 def test_non_loopback_app_with_token_requires_it(rlide_home: Path) -> None:
     settings = load_settings(http_host="0.0.0.0", http_token=TOKEN)
     app = build_http_app(build_server(settings), settings)
-    assert isinstance(app, HttpGuard)
+    assert isinstance(app, McpWire) and isinstance(app.app, HttpGuard)
     with TestClient(app, base_url="http://rlide.example") as http:
         refused = http.post("/mcp", json=INITIALIZE, headers={"Accept": "application/json, text/event-stream"})
         assert refused.status_code == 401
