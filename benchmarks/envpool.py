@@ -5,8 +5,9 @@
   as the sandbox's interpreter runs), and the differences ("overhead"),
   measured in interleaved rounds after a warm-up so that drift in machine speed hits all alike;
 - HumanEval-164 canonical solutions, runs/s (median of --passes interleaved passes): a plain serial
-  loop over one warm sandbox, a thread pool over that same sandbox object, and the
-  pufferlib-vectorized EnvPool (gym send/recv), with the best pool's ratio to the thread pool;
+  loop over one warm sandbox, a thread pool over that same sandbox object, the same thread pool
+  judging each solution with the value verifier (what every pool step does: `_verified`), and the
+  pufferlib-vectorized EnvPool (gym send/recv), with the best pool's ratio to both thread pools;
 - seconds from `EnvPool(...)` until its first job is answered, for the first pool of the process
   (what the MCP server's first `run_code` waits for beyond its imports) and for two later ones.
 
@@ -49,6 +50,7 @@ from envpool.pool import EnvPool  # noqa: E402
 from envpool.sandbox import make_sandbox  # noqa: E402
 from envpool.sandbox.base import RunRequest, RunStatus, Sandbox, SandboxUnavailable  # noqa: E402
 from envpool.tasks import load_humaneval  # noqa: E402
+from envpool.verifiers.values import judge  # noqa: E402
 
 BASE_PYTHON = os.path.join(sys.base_prefix, "bin", f"python{sys.version_info.major}.{sys.version_info.minor}")
 
@@ -123,9 +125,11 @@ def trivial_runs(runs: int, rounds: int = 5) -> tuple[dict[str, dict[str, float]
 
 def humaneval_rates(sb: Sandbox, threads: int, envs: int, passes: int) -> dict[str, float]:
     """Median runs/s over `passes` passes of HumanEval-164 for each way of running it, the passes of
-    all ways interleaved (after one warm-up pass each) so that drift in machine speed hits every
-    way alike: a plain serial loop over one warm sandbox, a thread pool over that same sandbox
-    object, and the pufferlib-vectorized EnvPool (gym send/recv) in sync and async-half batches."""
+    all ways interleaved (after warm-up passes) so that drift in machine speed hits every way alike:
+    a plain serial loop over one warm sandbox, a thread pool over that same sandbox object running
+    each solution as one program (exit status), the same thread pool judging each solution with the
+    value verifier as a `CodingEnv` step does, and the pufferlib-vectorized EnvPool (gym
+    send/recv) in sync and async-half batches."""
     tasks = load_humaneval()
 
     def serial() -> float:
@@ -133,6 +137,13 @@ def humaneval_rates(sb: Sandbox, threads: int, envs: int, passes: int) -> dict[s
         for task in tasks:
             assert sb.run(task.request(task.canonical_solution)).ok, task.task_id
         return len(tasks) / (time.perf_counter() - t0)
+
+    def verify(task: Any) -> bool:
+        def run(program: str, timeout_s: float) -> tuple[bool, str]:
+            result = sb.run(RunRequest(code=program, timeout_s=timeout_s, memory_mb=task.memory_mb))
+            return result.ok, result.stdout
+
+        return judge(task, task.canonical_solution, run).passed
 
     with contextlib.ExitStack() as stack:
         ex = stack.enter_context(ThreadPoolExecutor(threads))
@@ -143,17 +154,32 @@ def humaneval_rates(sb: Sandbox, threads: int, envs: int, passes: int) -> dict[s
             assert all(r.ok for r in results)
             return len(tasks) / (time.perf_counter() - t0)
 
-        runners: dict[str, Callable[[], float]] = {"serial_loop": serial, f"thread_pool_{threads}": threaded}
+        def threaded_verified() -> float:
+            t0 = time.perf_counter()
+            assert all(ex.map(verify, tasks))
+            return len(tasks) / (time.perf_counter() - t0)
+
+        runners: dict[str, Callable[[], float]] = {
+            "serial_loop": serial,
+            f"thread_pool_{threads}": threaded,
+            f"thread_pool_{threads}_verified": threaded_verified,
+        }
         for name, batch in ((f"pufferlib_pool_{envs}_sync", envs), (f"pufferlib_pool_{envs}_async_half", envs // 2)):
             pool = stack.enter_context(EnvPool(num_envs=envs, num_workers=envs, batch_size=batch))
             runners[name] = pool_pass(pool, {t.task_id: t for t in tasks})
-        for run_pass in runners.values():
-            run_pass()  # warm-up: the pools' sandboxes start on their first programs
+        # Warm-up: the pools' sandboxes start on their first programs, and each worker records the
+        # calls of a task's check the first time it serves it. Env i of 8 serves the tasks i mod 8
+        # in one pass and i+4 mod 8 in the next (164 = 4 mod 8): two passes record them all.
+        for _ in range(2):
+            for run_pass in runners.values():
+                run_pass()
         rates: dict[str, list[float]] = {name: [] for name in runners}
         for _ in range(passes):
             for name, run_pass in runners.items():
                 rates[name].append(run_pass())
-    return {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    report = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    report.update({f"{name}_spread": round(max(r) - min(r), 1) for name, r in rates.items()})
+    return report
 
 
 def pool_pass(pool: EnvPool, tasks: dict[str, Any]) -> Callable[[], float]:
@@ -225,12 +251,18 @@ def compare(ref: str, rounds: int, forwarded: list[str]) -> dict[str, Any]:
                 row[name] = json.loads(out.stdout)
             runs.append(row)
     medians: dict[str, dict[str, float]] = {}
+    ranges: dict[str, dict[str, list[float]]] = {}
     for name in variants:
         figures = [flatten(row[name]) for row in runs]
-        medians[name] = {
-            k: round(statistics.median(f[k] for f in figures), 3) for k in figures[0] if all(k in f for f in figures)
-        }
-    return {"baseline": f"{ref} ({commit.stdout.strip()})", "rounds": runs, "median_of_rounds": medians}
+        shared = [k for k in figures[0] if all(k in f for f in figures)]
+        medians[name] = {k: round(statistics.median(f[k] for f in figures), 3) for k in shared}
+        ranges[name] = {k: [min(f[k] for f in figures), max(f[k] for f in figures)] for k in shared if "humaneval" in k}
+    return {
+        "baseline": f"{ref} ({commit.stdout.strip()})",
+        "rounds": runs,
+        "median_of_rounds": medians,
+        "humaneval_range_of_rounds": ranges,
+    }
 
 
 def main() -> None:
@@ -277,6 +309,7 @@ def main() -> None:
         sb.close()
     best_pool = max(he[f"pufferlib_pool_{args.envs}_sync"], he[f"pufferlib_pool_{args.envs}_async_half"])
     he["pool_over_thread_pool"] = round(best_pool / he[f"thread_pool_{args.threads}"], 3)
+    he["pool_over_verified_thread_pool"] = round(best_pool / he[f"thread_pool_{args.threads}_verified"], 3)
     report[f"humaneval164_runs_per_s_median_of_{args.passes}"] = he
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

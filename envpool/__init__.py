@@ -4,7 +4,8 @@ Public surface:
 - `envpool.sandbox`: `make_sandbox(name, **options)`, `backend_problems()` (for `rlide doctor`),
   `RunRequest`, `RunResult`, `RunStatus`, `TestRunRequest`,
   `prepare_test_run`, `CancelToken`, errors.
-- `envpool.env.CodingEnv`, `envpool.pool.EnvPool` (imports pufferlib lazily), `envpool.tasks`.
+- `envpool.env.CodingEnv` (its answers judged by an `envpool.env.Verifier`), `envpool.pool.EnvPool`
+  (imports pufferlib lazily), `envpool.tasks`.
 - `start_pool_helper()`: start ahead of time the process that pool workers fork from.
 Importing `envpool` itself is cheap: it does not import pufferlib, gymnasium or numpy.
 """

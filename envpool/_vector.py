@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -60,6 +61,7 @@ def _worker_main(
     envs = [c(*a, buf=None, seed=seed + i, **k) for i, (c, a, k) in enumerate(triples)]
     send_lock = threading.Lock()
     tokens: dict[int, base.CancelToken] = {}
+    stepper = ThreadPoolExecutor(len(envs), thread_name_prefix="rlide-env") if len(envs) > 1 else None
 
     def send(msg: tuple[Any, ...]) -> None:
         with send_lock:  # job threads and the main loop share the pipe
@@ -91,16 +93,10 @@ def _worker_main(
             n = len(envs)
             send(("obs", np.stack(obs), np.zeros(n, np.float32), np.zeros(n, bool), np.zeros(n, bool), infos))
         elif kind == "step":
-            obs, rew, term, trunc, infos = [], [], [], [], []
-            for env, action in zip(envs, msg[1], strict=True):
-                ob, r, d, t, info = env.step(action)
-                env.done = False  # CodingEnv auto-resets in the same step: no reset send needed
-                obs.append(ob.copy())
-                rew.append(r)
-                term.append(d)
-                trunc.append(t)
-                infos.append(info)
-            send(("obs", np.stack(obs), np.asarray(rew, np.float32), np.asarray(term), np.asarray(trunc), infos))
+            # A worker's envs step at once, each in a thread: they wait on their own sandboxes, so a
+            # worker with k envs keeps k runs in flight (stepped in turn, it kept one).
+            steps = list(stepper.map(step_env, envs, msg[1])) if stepper else [step_env(envs[0], msg[1][0])]
+            send(obs_message(steps))
         elif kind == "run":
             token = base.CancelToken()
             tokens[msg[1]] = token
@@ -110,8 +106,22 @@ def _worker_main(
                 tokens[msg[1]].cancel()
         elif kind == "close":
             break
+    if stepper is not None:
+        stepper.shutdown()
     for env in envs:
         env.close()
+
+
+def step_env(env: Any, action: Any) -> tuple[Any, ...]:
+    ob, reward, terminated, truncated, info = env.step(action)
+    env.done = False  # CodingEnv auto-resets in the same step: no reset send needed
+    return ob, reward, terminated, truncated, info  # its own buffer: np.stack copies it before the next step
+
+
+def obs_message(steps: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The "obs" message for a worker's envs' steps, in env order."""
+    obs, rewards, terms, truncs, infos = zip(*steps, strict=True)
+    return ("obs", np.stack(obs), np.asarray(rewards, np.float32), np.asarray(terms), np.asarray(truncs), list(infos))
 
 
 class PipeMultiprocessing:

@@ -32,7 +32,7 @@ import structlog
 
 from envpool._puffer import pufferlib_vector
 from envpool._vector import PipeMultiprocessing, WorkerDied
-from envpool.env import CodingEnv
+from envpool.env import CodingEnv, Verifier
 from envpool.sandbox import make_sandbox
 from envpool.sandbox.base import (
     RunRequest,
@@ -42,6 +42,7 @@ from envpool.sandbox.base import (
     TestRunRequest,
     prepare_test_run,
 )
+from envpool.verifiers.values import judge
 
 log = structlog.get_logger(__name__)
 
@@ -175,8 +176,10 @@ class EnvPool:
         seed: int = 0,
         start_method: str = "forkserver",
         sandbox_options: dict[str, Any] | None = None,
+        verifier: Verifier = judge,
     ) -> None:
-        """`sandbox_options` go to each worker's `make_sandbox` (e.g. bwrap's `project_site`)."""
+        """`sandbox_options` go to each worker's `make_sandbox` (e.g. bwrap's `project_site`);
+        `verifier` judges each env's answers (it must pickle: a module-level function or class)."""
         options = dict(sandbox_options or {})
         # Fail here, with the backend's own reason, rather than as a WorkerDied from every worker.
         make_sandbox(sandbox, **options).close()
@@ -190,7 +193,13 @@ class EnvPool:
             raise ValueError(f"unknown pool backend {backend!r}: multiprocessing, serial or ray")
         creators = [
             functools.partial(
-                make_coding_env, tasks=tasks, sandbox=sandbox, sandbox_options=options, env_id=i, num_envs=num_envs
+                make_coding_env,
+                tasks=tasks,
+                sandbox=sandbox,
+                sandbox_options=options,
+                verifier=verifier,
+                env_id=i,
+                num_envs=num_envs,
             )
             for i in range(num_envs)
         ]

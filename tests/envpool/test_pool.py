@@ -120,6 +120,21 @@ def test_master_sleeps_while_workers_run() -> None:
     assert wall >= 1.0 and cpu < 0.1 * wall
 
 
+@pytest.mark.timeout(90)
+def test_a_worker_steps_all_its_envs_at_once() -> None:
+    """A worker that hosts several envs keeps one run in flight per env (stepped in turn, one)."""
+    with EnvPool(num_envs=4, num_workers=1, tasks=list(load_humaneval())[:4]) as p:
+        p.reset()
+        p.send(np.stack([encode_bytes("    import time\n    time.sleep(2)\n", ACTION_BYTES)] * 4))
+        worker = psutil.Process(p.vecenv.processes[0].pid)
+        most = 0
+        while most < 4 and not p.vecenv.conns[0].poll(0.02):  # until the step's answer is back
+            ours = {child.pid for child in worker.children(recursive=True)}
+            most = max(most, len(ours.intersection(live_sandbox_uid_pids())))
+        _, rewards, *_ = p.recv()
+    assert most == 4 and rewards.tolist() == [0.0] * 4
+
+
 @pytest.mark.anyio
 async def test_worker_death_during_run_many_raises_within_a_second() -> None:
     p = EnvPool(num_envs=4, num_workers=4)
