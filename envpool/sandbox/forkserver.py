@@ -29,10 +29,12 @@ What keeps runs apart from each other (one server serves many runs, from any epi
   the workspace itself go away with the run's last process, whole: nothing is walked or deleted by
   the server, and no run can see another's workspace. A unix socket can outlive every process of
   its run (sent into its own unaccepted connection: an `SCM_RIGHTS` cycle): bound to an abstract
-  address, it stays in the run's own network namespace, which no later run is in (its loopback is
-  down, as the sandbox's is). The namespace is made while the spare waits (~0.5 ms of CPU on this
-  kernel, 6.18) and the kernel tears it down in the background, in batches: over 1,200 runs back
-  to back the live network namespaces on the machine stayed between 30 and 70.
+  address, it stays in the run's own network namespace, which no later run is in. Its loopback is
+  up, as bwrap's is for the sandbox, so a test suite's own local servers work, and what listens on
+  it is the run's alone (a TCP port bound by one run is free for the next). The namespace is made
+  while the spare waits (~0.5 ms of CPU on this kernel, 6.18) and the kernel tears it down in the
+  background, in batches: over 1,200 runs back to back the live network namespaces on the machine
+  stayed between 30 and 70.
 - **Nothing left in a slot** (`empty_slot`): what such sockets carry (memfds, files) stays charged
   to the run's memory group. Before a slot's next run, the server releases a unix socket, which
   makes the kernel (6.18 here) run its unix garbage collector, and waits until the group holds no
@@ -73,6 +75,7 @@ import collections
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import linecache
 import mmap
@@ -108,6 +111,8 @@ MADV_DONTNEED = 4
 MADV_DONTFORK = 10
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x04000000, 0x08000000, 0x10000000
 CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = struct.Struct("16sH22x")  # struct ifreq: the interface's name, then ifr_flags in a 24-byte union
 MS_NOSUID, MS_NODEV, MS_BIND = 0x2, 0x4, 0x1000
 CAPABILITY_VERSION_3 = 0x20080522
 RUN_UID = 1000  # a run's uid inside its own user namespace; outside, the slot's leased uid
@@ -215,6 +220,14 @@ def write_files(files: Json) -> None:
         fd = os.open(rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
+
+
+def loopback_up() -> None:
+    """Bring up the loopback of the run's own network namespace, as bwrap does for the sandbox's: a
+    test suite's own local servers (127.0.0.1, ::1) work, and nothing outside the run is there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        flags = struct.unpack_from("H", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, IFREQ.pack(b"lo", 0)), 16)[0]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, IFREQ.pack(b"lo", flags | IFF_UP))
 
 
 def collect_unix_garbage() -> None:
@@ -596,6 +609,7 @@ class Server:
         visible to another run."""
         check(setns(self.userns[spare.slot], CLONE_NEWUSER), "enter the slot's user namespace")
         check(unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET), "unshare")
+        loopback_up()
         check(mount(b"tmpfs", self.ws_root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, self.workspace_options), "mount")
         for path in self.masked:  # where the sandbox itself could not hide them (docker)
             check(mount(b"/dev/null", path, None, MS_BIND, None), "mask")

@@ -80,6 +80,47 @@ def test_a_socket_left_in_flight_is_invisible_to_every_later_run(box: BwrapSandb
     assert [p.stdout.split()[0] for p in probes] == ["absent"] * (2 * RUN_SLOTS)
 
 
+TCP_IN_FLIGHT = textwrap.dedent(
+    """
+    # A TCP listener on the loopback, sent with a unix pair into that pair's own queue: no process
+    # holds it after the run.
+    import array, socket
+    listener = socket.create_server(("127.0.0.1", PORT))
+    a, b = socket.socketpair()
+    fds = array.array("i", [listener.fileno(), a.fileno(), b.fileno()])
+    a.sendmsg([b"!"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+    print("left in flight")
+    """
+)
+
+TCP_PROBE = textwrap.dedent(
+    """
+    # Whatever listens on the loopback, this run's own server works there.
+    import socket, threading
+    try:
+        socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+        print("FOUND", end=" ")
+    except OSError as exc:
+        print("absent", end=" ")
+    own = socket.create_server(("127.0.0.1", PORT))
+    threading.Thread(target=lambda: own.accept()[0].sendall(b"mine"), daemon=True).start()
+    print(socket.create_connection(("127.0.0.1", PORT), timeout=2).recv(4).decode())
+    """
+)
+
+
+def test_a_tcp_listener_left_in_flight_is_gone_and_the_loopback_is_each_runs_own(box: BwrapSandbox) -> None:
+    """A run's loopback is up (a test suite's local servers work) and its own: a listener an earlier
+    run left in flight neither answers the next runs nor holds its port."""
+    port = 20000 + uuid.uuid4().int % 20000
+    attack = box.run(RunRequest(code=f"PORT = {port}\n{TCP_IN_FLIGHT}"))
+    assert (attack.status, attack.stdout) == (RunStatus.OK, "left in flight\n"), attack.stderr
+    probes = [box.run(RunRequest(code=f"PORT = {port}\n{TCP_PROBE}")) for _ in range(2 * RUN_SLOTS)]
+    assert [(p.status, p.stdout) for p in probes] == [(RunStatus.OK, "absent mine\n")] * (2 * RUN_SLOTS), [
+        p.stderr[-300:] for p in probes
+    ]
+
+
 @requires_memory_groups
 def test_memory_left_in_flight_does_not_deny_later_runs(box: BwrapSandbox) -> None:
     """Red team: three short runs kept 250 MB of memfds each in flight, charged to their slots'
