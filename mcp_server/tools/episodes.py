@@ -164,7 +164,7 @@ async def start_episode(
 def _is_folder(path: str) -> bool:
     try:
         return Path(path).expanduser().is_dir()
-    except OSError:  # a name too long for the file system, say: no folder of this machine
+    except (OSError, RuntimeError, ValueError):  # too long; `~user` unknown; a NUL byte: no folder here
         return False
 
 

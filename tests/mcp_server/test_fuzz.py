@@ -178,3 +178,24 @@ def test_unencodable_text_is_recorded_not_fatal(portal_client: tuple[BlockingPor
     assert [s.tool for s in detail.steps] == ["start_episode", "give_feedback"]
     # Stored as the JSON escape, so the arguments column round-trips it exactly.
     assert detail.steps[0].arguments["note"] == "a\ud800b"
+
+
+HOSTILE_FOLDERS = ["~0", "~no-such-user-rlide/project", "a\x00b", "/" + "x" * 5000, "~/../../../../etc", "\udcff"]
+FOLDER_ARGUMENTS = [
+    ("start_episode", "workspace", {"task": "fix it"}),
+    ("search_code", "workspace", {"query": "parse"}),
+    ("index_workspace", "path", {}),
+    ("index_status", "workspace", {}),
+]
+
+
+@pytest.mark.parametrize(("tool", "name", "others"), FOLDER_ARGUMENTS)
+def test_a_folder_no_machine_has_is_refused_with_a_reason(
+    portal_client: tuple[BlockingPortal, Client], tool: str, name: str, others: dict[str, Any]
+) -> None:
+    """`~0` names the home of a user "0" that does not exist: Path.expanduser raises RuntimeError for
+    it, which start_episode let through as a crash (hypothesis found it once in CI)."""
+    portal, client = portal_client
+    for folder in HOSTILE_FOLDERS:
+        result = _call(portal, client, tool, {**others, name: folder})
+        assert_handled(tool, result)
