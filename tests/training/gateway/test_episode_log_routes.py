@@ -28,7 +28,9 @@ def test_the_models_list_names_the_episode_log_and_the_openai_client_still_reads
     raw = http.get("/v1/models").json()
     assert raw["object"] == "list" and {m["episode_log"] for m in raw["data"]} == {store.url}
     assert store.url.startswith("sqlite:///") and store.url.endswith("episodes.db")
-    for base in ("http://testserver/v1", "http://testserver/episodes/ep_any/v1"):
+    episode_base = http.post("/episodes", json={"task": "Write a number."}).json()["base_url"]
+    assert episode_base.startswith("http://testserver/episodes/") and episode_base.endswith("/v1")
+    for base in ("http://testserver/v1", episode_base):
         client = openai.OpenAI(base_url=base, api_key="unused", http_client=http, max_retries=0)
         models = client.models.list().data
         assert [(m.id, m.object, m.owned_by) for m in models] == [
