@@ -30,6 +30,7 @@ from common.http_auth import LOOPBACK_HOSTS
 
 FRAME_ANCESTORS = "frame-ancestors 'none'"
 SECURITY_HEADERS = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"))
+_SECURITY_HEADER_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
 CROSS_SITE_FETCHES = frozenset({"cross-site", "same-site"})
 """`Sec-Fetch-Site` values of a request a page on another origin made (a browser sends `same-origin`
 for the page's own requests and `none` for what the user typed or opened)."""
@@ -74,7 +75,7 @@ def secured(send: Send) -> Send:
 
     async def send_secured(message: Message) -> None:
         if message["type"] == "http.response.start":
-            kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in dict(SECURITY_HEADERS)]
+            kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _SECURITY_HEADER_NAMES]
             csp = next((v for k, v in kept if k.lower() == b"content-security-policy"), None)
             kept = [(k, v) for k, v in kept if k.lower() != b"content-security-policy"]
             headers = [*kept, *SECURITY_HEADERS, (b"content-security-policy", _with_frame_ancestors(csp))]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.datastructures import URL
@@ -184,6 +185,11 @@ def envelope_problem(body: bytes) -> tuple[str | None, str | int | None]:
         data = json.loads(body)
     except (ValueError, RecursionError):  # nested too deep for Python's parser: not JSON it can take
         return None, None
+    return message_problem(data)
+
+
+def message_problem(data: Any) -> tuple[str | None, str | int | None]:
+    """`envelope_problem` for JSON already parsed (the stdio reader parses each line once)."""
     if not isinstance(data, dict):
         return "Invalid Request: send one JSON-RPC message, a JSON object (batches are not supported)", None
     raw_id = data.get("id")

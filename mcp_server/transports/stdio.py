@@ -23,7 +23,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 
 from common.json_depth import nests_deeper_than
-from mcp_server.dashboard.guard import envelope_problem
+from mcp_server.dashboard.guard import message_problem
 
 log = structlog.get_logger(__name__)
 
@@ -43,10 +43,10 @@ def line_error(line: bytes) -> JSONRPCError | None:
     if nests_deeper_than(line, MAX_JSON_DEPTH):
         return _error(None, PARSE_ERROR, too_deep_message())
     try:
-        json.loads(line.decode())
+        data = json.loads(line.decode())
     except ValueError as exc:  # UnicodeDecodeError included
         return _error(None, PARSE_ERROR, f"Parse error: the line is not JSON ({str(exc)[:200]})")
-    problem, request_id = envelope_problem(line)
+    problem, request_id = message_problem(data)
     return None if problem is None else _error(request_id, INVALID_REQUEST, problem)
 
 
