@@ -114,14 +114,19 @@ class MemoryService:
         return running or self.indexer.progress.phase in (Phase.CHUNKING, Phase.EMBEDDING)
 
     def index_status(self) -> IndexStatus:
-        stats = self.store.stats()
+        # The sync's flags are read before the store: the sync sets them only after its writes
+        # commit, so stats read second include whatever the flags vouch for (read the other way
+        # round, a sync finishing in between paired "complete" with a store read before its writes).
         progress: Progress = self.indexer.progress
+        phase = progress.phase
+        synced = self.indexer.keyword_complete
+        stats = self.store.stats()
         # A process that opens an index built earlier has not synced yet: what is there counts.
-        keyword_complete = self.indexer.keyword_complete or (progress.phase is Phase.IDLE and stats.files > 0)
+        keyword_complete = synced or (phase is Phase.IDLE and stats.files > 0)
         return IndexStatus(
             workspace=str(self.root),
             store=self.config.store,
-            phase=progress.phase.value,
+            phase=phase.value,
             indexing=self.is_indexing,
             files_changed=progress.files_changed,
             files_done=progress.files_done,

@@ -201,3 +201,23 @@ def test_a_background_index_reads_ahead_for_the_first_searches(
         warmed = set(svc.store._keywords._cache)  # type: ignore[attr-defined]
         assert len(warmed) >= 10 and "csv" in warmed, sorted(warmed)
         assert _paths(svc, "fibonacci")[0] == "cmd/main.go"
+
+
+def test_a_sync_finishing_while_status_is_read_never_reads_as_complete_and_empty(
+    repo: Path, embedder: CachedEmbedder
+) -> None:
+    """index_status reads the sync's flags and the store at two moments; a sync that finishes in
+    between (CI under load did this) must not pair "complete" with a store read before its writes."""
+    with _service(repo, embedder) as svc:
+        read_stats = svc.store.stats
+
+        def stats_then_let_the_sync_finish():  # type: ignore[no-untyped-def]
+            before = read_stats()
+            if before.files == 0:  # the first read only: the whole sync runs after it
+                svc.index_workspace()
+            return before
+
+        svc.store.stats = stats_then_let_the_sync_finish  # type: ignore[method-assign]
+        status = svc.index_status()
+        assert not (status.complete and status.files_indexed == 0), status
+        assert svc.index_status().complete and svc.index_status().files_indexed == 5
