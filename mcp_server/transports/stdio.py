@@ -23,7 +23,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 
 from common.json_depth import nests_deeper_than
-from mcp_server.dashboard.guard import message_problem
+from mcp_server.envelope import message_problem
 
 log = structlog.get_logger(__name__)
 
