@@ -5,7 +5,7 @@ semaphores in `recv()` (a full core, on 2-core machines), its workers poll with 
 worker makes `recv()` hang forever, and its infos carry no env id. Program runs take milliseconds,
 so pipes cost nothing measurable here. This class keeps pufferlib's API and its env emulation
 (`GymnasiumPufferEnv` per env, same spaces, same `reset/send/recv` contract and `APIUsageError`s)
-and replaces only the transport: one duplex pipe per worker, `multiprocessing.connection.wait` on
+and replaces only the transport: one duplex pipe per worker, one selector (made once) on
 pipes *and* process sentinels, so the master sleeps while workers work and a dead worker is
 reported at once (`WorkerDied`).
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import multiprocessing.connection
 import os
+import selectors
 import sys
 import threading
 import time
@@ -189,6 +189,12 @@ class PipeMultiprocessing:
         self._waiting: list[int] = []
         self._ready: dict[int, tuple[Any, ...]] = {}
         self._batch: list[int] = []
+        # Made once: `multiprocessing.connection.wait` built and filled a new one on every call
+        # (16 registrations for 8 workers, each recv).
+        self._selector = selectors.DefaultSelector()
+        for w, (conn, proc) in enumerate(zip(self.conns, self.processes, strict=True)):
+            self._selector.register(conn, selectors.EVENT_READ, ("conn", w))
+            self._selector.register(proc.sentinel, selectors.EVENT_READ, ("died", w))
 
     @property
     def num_envs(self) -> int:
@@ -242,6 +248,7 @@ class PipeMultiprocessing:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        self._selector.close()
         for conn in self.conns:
             conn.close()
         self.driver_env.close()
@@ -249,17 +256,23 @@ class PipeMultiprocessing:
     # ---- transport --------------------------------------------------------------------------
     def poll(self, timeout: float | None, extra: Sequence[int] = ()) -> list[Any]:
         """Wait for worker messages, worker deaths or an `extra` fd; route messages; return what woke us."""
-        sentinels = {p.sentinel: w for w, p in enumerate(self.processes)}
-        conns = {c.fileno(): w for w, c in enumerate(self.conns)}
-        ready = multiprocessing.connection.wait([*self.conns, *sentinels, *extra], timeout)
-        for obj in ready:
-            if isinstance(obj, int) and obj in sentinels:
-                w = sentinels[obj]
+        for fd in extra:
+            self._selector.register(fd, selectors.EVENT_READ, ("extra", fd))
+        try:
+            events = self._selector.select(timeout)
+        finally:
+            for fd in extra:
+                self._selector.unregister(fd)
+        ready: list[Any] = [key.fileobj for key, _ in events]
+        for key, _ in events:
+            kind, w = key.data
+            if kind == "died":
                 proc = self.processes[w]
                 raise WorkerDied(f"envpool worker {w} (pid {proc.pid}) died with exit code {proc.exitcode}")
-        for obj in ready:
-            if isinstance(obj, Connection):
-                w = conns[obj.fileno()]
+        for key, _ in events:
+            kind, w = key.data
+            if kind == "conn":
+                obj = self.conns[w]
                 try:
                     msg = obj.recv()
                 except (EOFError, OSError) as exc:  # a killed worker's socket may reset first
