@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import unquote_to_bytes
 
 import anyio
@@ -32,6 +32,9 @@ from episodes.records import EpisodeSource, EpisodeStatus, EvalRecord, Verdict
 from episodes.rows import EpisodeQuery
 from episodes.run_records import PolicyTurn
 from episodes.store import EpisodeStore
+
+if TYPE_CHECKING:
+    from training.data.fit import StudentFit
 
 PAGE_MAX = 200
 FOLD_CHARS = 2_000
@@ -182,12 +185,26 @@ def _endpoint(handler: Callable[[Call], Any]) -> Callable[[Request], Awaitable[R
 
 
 class DashboardApi:
-    """The API over one episode log; `memory_dir` is where the code indexes live."""
+    """The API over one episode log; `memory_dir` is where the code indexes live; `student` the
+    base model training trains (the `training_base_model` setting) and `max_seq_len` its limit
+    (None: the model's context, capped as a run that names none is), against which a recorded
+    preference is checked."""
 
-    def __init__(self, store: EpisodeStore, memory_dir: Path, log_url: str) -> None:
+    def __init__(
+        self,
+        store: EpisodeStore,
+        memory_dir: Path,
+        log_url: str,
+        *,
+        student: str | None = None,
+        max_seq_len: int | None = None,
+    ) -> None:
         self.store = store
         self.memory_dir = memory_dir
         self.log_url = log_url
+        self.student = student
+        self.max_seq_len = max_seq_len
+        self._fit: StudentFit | None = None
 
     def routes(self) -> list[Route]:
         e = _endpoint
@@ -312,11 +329,29 @@ class DashboardApi:
         return {"preferences": [p.model_dump(mode="json") for p in self.store.preferences.list(episode_id)]}
 
     def prefer(self, call: Call) -> dict[str, Any]:
+        """Record the preference, and say whether its pair trains on the student, and if not why."""
         body = call.parse(PreferBody)
         preference = self.store.preferences.prefer(
             body.a, body.b, body.verdict, author=body.author, comment=body.comment
         )
-        return preference.model_dump(mode="json")
+        return preference.model_dump(mode="json") | {"training": self._pair_training(body.a, body.b)}
+
+    def _pair_training(self, a: str, b: str) -> dict[str, Any]:
+        """{"trainable": true|false|null, "reason": why not (or why it was not checked), "kind"}."""
+        from training.data.export import preference_problem
+        from training.data.fit import FitError, student_fit
+
+        if self.student is None:
+            return {"trainable": None, "kind": None, "reason": "not checked: no student model is configured"}
+        try:
+            if self._fit is None:
+                self._fit = student_fit(self.student, self.max_seq_len)
+            problem = preference_problem(self.store, a, b, self._fit)
+        except FitError as exc:
+            return {"trainable": None, "kind": None, "reason": f"not checked against the student: {exc}"}
+        if problem is None:
+            return {"trainable": True, "kind": None, "reason": None}
+        return {"trainable": False, "kind": problem.reason.value, "reason": problem.detail}
 
     # -- training and index --------------------------------------------------------------------------
 

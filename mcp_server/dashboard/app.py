@@ -45,7 +45,12 @@ class Dashboard:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.store = EpisodeStore.open(settings.episode_db_url, settings.weights)
-        self.api = DashboardApi(self.store, settings.home / "memory", str(settings.public_dict()["database_url"]))
+        self.api = DashboardApi(
+            self.store,
+            settings.home / "memory",
+            str(settings.public_dict()["database_url"]),
+            student=settings.training_base_model,
+        )
 
     def routes(self, token: str | None) -> list[BaseRoute]:
         async def index(request: Request) -> Response:

@@ -20,6 +20,12 @@ Conversations are rebuilt from episodes by `training.data.conversations`.
 
 `min_reward`: sft keeps episodes whose reward total is >= it (default: > 0, i.e. successes);
 dpo requires it of the chosen side; art keeps task groups whose best episode reaches it.
+
+`fit` (a `training.data.fit.StudentFit`: the student's tokenizer, chat template and max_seq_len):
+sft and dpo records are condensed to it (`training.data.condense`: tool results and user messages
+cut, the assistant's turns never), both views and both formats alike; what does not fit even then
+is set aside with its reason. The `*_selection` functions return what was set aside, counted by
+reason (`SetAside`), so a caller can say why nothing trained.
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ from typing import Any, Literal, TextIO
 
 from episodes.codec import CHOICE_TAG, as_message
 from episodes.preferences import situation_key
-from episodes.records import Episode, EpisodeSource
+from episodes.records import Episode, EpisodeSource, Preference
 from episodes.store import EpisodeStore
+from training.data.condense import fit_messages
 from training.data.conversations import external_conversation, policy_conversation
+from training.data.fit import Selection, SetAsideReason, StudentFit, Unusable
 from training.data.groups import Group, Trajectory, to_art
 
 Format = Literal["sft", "dpo", "art"]
@@ -141,32 +149,60 @@ def _by_situation(store: EpisodeStore, convs: list[_Conversation]) -> dict[str, 
 # -- records ---------------------------------------------------------------------------------------
 
 
-def _sft(conv: _Conversation, view: SftView) -> dict[str, Any] | None:
+def _sft(conv: _Conversation, view: SftView, fit: StudentFit | None) -> dict[str, Any] | Unusable:
     if view == "answer":
         answer = conv.answer
-        return None if answer is None else {"messages": [*conv.prompt, answer]}
-    record: dict[str, Any] = {"messages": conv.prompt + conv.completion}
-    if conv.tools:
-        record["tools"] = conv.tools
-    return record
+        if answer is None:
+            return Unusable(SetAsideReason.no_conversation, "no final answer to imitate (no summary or diff recorded)")
+        messages, tools = [*conv.prompt, answer], None
+    else:
+        messages, tools = conv.prompt + conv.completion, conv.tools or None
+    if fit is not None:
+        fitted = fit_messages(messages, tools, fit)
+        if fitted.messages is None:
+            return Unusable(SetAsideReason.too_long, f"episode {conv.episode.id}: {fitted.reason}")
+        messages = fitted.messages
+    return {"messages": messages, **({"tools": tools} if tools else {})}
 
 
-def sft_record(store: EpisodeStore, episode: Episode, view: SftView = "trace") -> dict[str, Any] | None:
-    """The `sft` record of one ended episode (no reward filter), or None when it has nothing to
-    imitate in that view; what the worker's SFT steps train on."""
+def sft_example(
+    store: EpisodeStore, episode: Episode, view: SftView = "trace", fit: StudentFit | None = None
+) -> dict[str, Any] | Unusable:
+    """The `sft` record of one ended episode (no reward filter), condensed to `fit`, or why it
+    cannot be imitated; what the worker's SFT steps train on."""
     conv = _conversation(store, episode)
-    return None if conv is None else _sft(conv, view)
+    if conv is None:
+        return Unusable(SetAsideReason.no_conversation, "no conversation to imitate (no tool calls or answer recorded)")
+    return _sft(conv, view, fit)
 
 
-def sft_records(store: EpisodeStore, min_reward: float | None = None, view: SftView = "trace") -> list[dict[str, Any]]:
-    records = []
+def sft_record(
+    store: EpisodeStore, episode: Episode, view: SftView = "trace", fit: StudentFit | None = None
+) -> dict[str, Any] | None:
+    """`sft_example`'s record, or None when it has none."""
+    example = sft_example(store, episode, view, fit)
+    return None if isinstance(example, Unusable) else example
+
+
+def sft_selection(
+    store: EpisodeStore, min_reward: float | None = None, view: SftView = "trace", fit: StudentFit | None = None
+) -> Selection[dict[str, Any]]:
+    selection: Selection[dict[str, Any]] = Selection([])
     for conv in _conversations(store):
         if conv.reward is None or (conv.reward < min_reward if min_reward is not None else conv.reward <= 0):
             continue
-        record = _sft(conv, view)
-        if record is not None:
-            records.append(record)
-    return records
+        record = _sft(conv, view, fit)
+        if isinstance(record, Unusable):
+            selection.set_aside.add(record.reason, record.detail)
+        else:
+            selection.items.append(record)
+    return selection
+
+
+def sft_records(
+    store: EpisodeStore, min_reward: float | None = None, view: SftView = "trace", fit: StudentFit | None = None
+) -> list[dict[str, Any]]:
+    return sft_selection(store, min_reward, view, fit).items
 
 
 @dataclass(frozen=True)
@@ -178,38 +214,115 @@ class PreferencePair:
     """Its `dpo` record."""
 
 
-def _pair_record(chosen: _Conversation, rejected: _Conversation, **extra: Any) -> dict[str, Any]:
+def _common_prompt(chosen: _Conversation, rejected: _Conversation) -> bool:
+    """One prompt both answers answer: the same messages (whitespace aside), or, for two episodes
+    of the IDE's model, each prompt being the task alone (they are of one situation, so one job
+    in other words: the chosen side's words are the prompt)."""
+
+    def words(prompt: list[dict[str, Any]]) -> list[tuple[Any, str]]:
+        return [(m.get("role"), " ".join(str(m.get("content") or "").split())) for m in prompt]
+
+    if words(chosen.prompt) == words(rejected.prompt):
+        return True
+    return all(c.episode.source is EpisodeSource.external and len(c.prompt) == 1 for c in (chosen, rejected))
+
+
+def _pair_record(
+    chosen: _Conversation, rejected: _Conversation, fit: StudentFit | None, **extra: Any
+) -> dict[str, Any] | Unusable:
+    """The `dpo` record of a pair, each side condensed to `fit` after the shared prompt."""
+    if not _common_prompt(chosen, rejected):
+        return Unusable(
+            SetAsideReason.no_common_prompt,
+            f"{chosen.episode.id} and {rejected.episode.id} start from different prompts"
+            f" ({len(chosen.prompt)} and {len(rejected.prompt)} messages): DPO compares two answers to one prompt",
+        )
     tools = {t["function"]["name"]: t for t in [*chosen.tools, *rejected.tools]}
+    listed = list(tools.values()) or None
+    sides = []
+    for conv in (chosen, rejected):
+        completion = conv.completion
+        if fit is not None:
+            fitted = fit_messages(chosen.prompt + completion, listed, fit, frozen=len(chosen.prompt))
+            if fitted.messages is None:
+                return Unusable(SetAsideReason.too_long, f"episode {conv.episode.id}: {fitted.reason}")
+            completion = fitted.messages[len(chosen.prompt) :]
+        sides.append(completion)
     return {
         "prompt": chosen.prompt,
-        "chosen": chosen.completion,
-        "rejected": rejected.completion,
+        "chosen": sides[0],
+        "rejected": sides[1],
         "score_chosen": chosen.reward,
         "score_rejected": rejected.reward,
         **extra,
-        **({"tools": list(tools.values())} if tools else {}),
+        **({"tools": listed} if listed else {}),
     }
 
 
-def dpo_pairs(
-    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
-) -> list[PreferencePair]:
+def _trainable_conversation(store: EpisodeStore, episode: Episode) -> _Conversation | Unusable:
+    """The episode's conversation as training reads it (`terminal_episodes`' filter), or why not."""
+    if episode.excluded:
+        return Unusable(SetAsideReason.no_conversation, f"episode {episode.id} is excluded from training")
+    if not episode.status.is_terminal:
+        return Unusable(SetAsideReason.no_conversation, f"episode {episode.id} is still open")
+    if not store.train_unverified and (not episode.verified or episode.flags):
+        why = "has a monitor flag no person cleared" if episode.flags else "has no verified reward (tests or a rating)"
+        return Unusable(SetAsideReason.unverified_reward, f"episode {episode.id} {why}: training leaves it out")
+    conv = _conversation(store, episode)
+    if conv is None:
+        return Unusable(SetAsideReason.no_conversation, f"episode {episode.id} has no conversation to learn from")
+    return conv
+
+
+def _human_pair(
+    store: EpisodeStore, preference: Preference, by_id: dict[str, _Conversation], fit: StudentFit | None
+) -> PreferencePair | Unusable:
+    order = preference.chosen_rejected
+    if order is None:
+        return Unusable(SetAsideReason.no_order, "'both bad' names no better episode: DPO needs one")
+    for episode_id in order:
+        if episode_id not in by_id:
+            conv = _trainable_conversation(store, store.get_episode(episode_id))
+            if isinstance(conv, Unusable):
+                return conv
+            by_id = {**by_id, episode_id: conv}
+    human = {"source": "human", "author": preference.author, "preference_id": preference.id}
+    record = _pair_record(by_id[order[0]], by_id[order[1]], fit, preference=human)
+    return record if isinstance(record, Unusable) else PreferencePair(order[0], order[1], record)
+
+
+def preference_problem(store: EpisodeStore, episode_a: str, episode_b: str, fit: StudentFit | None) -> Unusable | None:
+    """Why the standing preference between two episodes cannot train (on `fit`'s student), or None
+    when its pair trains: what the dashboard says when a preference is recorded."""
+    preference = store.preferences.standing().get(frozenset((episode_a, episode_b)))
+    if preference is None:
+        return Unusable(SetAsideReason.no_conversation, "no standing preference between these episodes")
+    pair = _human_pair(store, preference, {}, fit)
+    return pair if isinstance(pair, Unusable) else None
+
+
+def dpo_selection(
+    store: EpisodeStore,
+    min_reward: float | None = None,
+    min_margin: float = MIN_MARGIN,
+    fit: StudentFit | None = None,
+) -> Selection[PreferencePair]:
     """Human preferences first (`episodes.preferences`: the latest verdict of each compared pair, with
     its author; no reward filter, the person decided), then pairs of comparable episodes
     (`situation_key`: one start state and verifier, else one task) whose rewards differ by
     `min_margin` or more, the better first, at most MAX_PAIRS_PER_TASK per situation, leaving out
-    any pair a person judged (their verdict, "both bad" included, stands over the rewards). What
-    `dpo` exports and the worker's DPO steps use."""
+    any pair a person judged (their verdict, "both bad" included, stands over the rewards); each
+    condensed to `fit`. What `dpo` exports and the worker's DPO steps use."""
     convs = _conversations(store)
     by_id = {c.episode.id: c for c in convs}
     judged = store.preferences.standing()
-    pairs = []
+    selection: Selection[PreferencePair] = Selection([])
     for preference in judged.values():
-        order = preference.chosen_rejected
-        if order is None or order[0] not in by_id or order[1] not in by_id:
-            continue
-        human = {"source": "human", "author": preference.author, "preference_id": preference.id}
-        pairs.append(PreferencePair(*order, _pair_record(by_id[order[0]], by_id[order[1]], preference=human)))
+        pair = _human_pair(store, preference, by_id, fit)
+        if isinstance(pair, Unusable):
+            selection.set_aside.add(pair.reason, pair.detail)
+        else:
+            selection.items.append(pair)
     for group in _by_situation(store, convs).values():
         ranked = sorted(group, key=lambda c: (-(c.reward or 0.0), c.episode.created_at))
         per_task = 0
@@ -223,15 +336,25 @@ def dpo_pairs(
                     continue
                 if frozenset((chosen.episode.id, rejected.episode.id)) in judged:
                     continue
-                pairs.append(PreferencePair(chosen.episode.id, rejected.episode.id, _pair_record(chosen, rejected)))
+                record = _pair_record(chosen, rejected, fit)
+                if isinstance(record, Unusable):
+                    selection.set_aside.add(record.reason, record.detail)
+                    continue
+                selection.items.append(PreferencePair(chosen.episode.id, rejected.episode.id, record))
                 per_task += 1
-    return pairs
+    return selection
+
+
+def dpo_pairs(
+    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN, fit: StudentFit | None = None
+) -> list[PreferencePair]:
+    return dpo_selection(store, min_reward, min_margin, fit).items
 
 
 def dpo_records(
-    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN
+    store: EpisodeStore, min_reward: float | None = None, min_margin: float = MIN_MARGIN, fit: StudentFit | None = None
 ) -> list[dict[str, Any]]:
-    return [pair.record for pair in dpo_pairs(store, min_reward, min_margin)]
+    return [pair.record for pair in dpo_pairs(store, min_reward, min_margin, fit)]
 
 
 def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[dict[str, Any]]:
@@ -256,8 +379,17 @@ def art_records(store: EpisodeStore, min_reward: float | None = None) -> list[di
     return records
 
 
-def export(store: EpisodeStore, fmt: str, min_reward: float | None, out: TextIO, *, view: SftView = "trace") -> int:
-    """Write `fmt` records as JSON lines to `out`; return how many were written.
+def export(
+    store: EpisodeStore,
+    fmt: str,
+    min_reward: float | None,
+    out: TextIO,
+    *,
+    view: SftView = "trace",
+    fit: StudentFit | None = None,
+) -> int:
+    """Write `fmt` records as JSON lines to `out` (sft and dpo condensed to `fit`); return how many
+    were written.
 
     Wired as `rlide episodes export --format sft|dpo|art [--min-reward R] [--view trace|answer] [-o FILE]`.
     """
@@ -268,9 +400,11 @@ def export(store: EpisodeStore, fmt: str, min_reward: float | None, out: TextIO,
     if view != "trace" and fmt != "sft":
         raise ExportError(f"--view {view} applies to the sft format only, not {fmt}")
     if fmt == "sft":
-        records = sft_records(store, min_reward, view)
+        records = sft_records(store, min_reward, view, fit)
+    elif fmt == "dpo":
+        records = dpo_records(store, min_reward, fit=fit)
     else:
-        records = {"dpo": dpo_records, "art": art_records}[fmt](store, min_reward)
+        records = art_records(store, min_reward)
     for record in records:
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(records)

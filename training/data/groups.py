@@ -3,8 +3,16 @@
 A group is only useful when its rewards differ (GRPO's advantage is reward minus the group mean)
 and when it was sampled by a recent enough policy (old logprobs make the importance ratio
 meaningless). Both kinds are dropped before training and counted, so the worker can say why a
-batch taught nothing. These types are plain data (no ART import); `to_art` converts at the
-boundary of the ART backends.
+batch taught nothing. A trajectory longer than the student's context is dropped from its group
+before that check, so the advantages the trainer computes are over the trajectories it trains on
+(dropping one afterwards leaves the others' advantages measured against a reward that is gone).
+Such a trajectory is dropped, not condensed: its choices were sampled after the whole tool results,
+and training them after cut ones would score them in a context the policy never saw.
+
+Only verified rewards make GRPO data: a policy episode rewarded by its own claims alone (its
+outcome, its self-rating) or carrying an uncleared flag is set aside, whatever the store's
+`train_unverified`, and a verified episode's reward is its evidence alone (claims never move it).
+These types are plain data (no ART import); `to_art` converts at the boundary of the ART backends.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from episodes.codec import CHOICE_TAG, decode_conversation
-from episodes.records import EpisodeSource
+from episodes.records import Episode, EpisodeSource
+from episodes.rewards import EVIDENCE, combine
 from episodes.run_records import GroupOutcome
 from episodes.store import EpisodeStore
 from training.data.conversations import policy_conversation
+from training.data.fit import Selection, SetAside, SetAsideReason, StudentFit
 
 LOG_GROUP_PREFIX = "log:"
 
@@ -67,8 +77,11 @@ class Group:
 @dataclass
 class FilterResult:
     kept: list[Group]
+    """The groups to train, each without its trajectories that do not fit the student."""
     outcomes: dict[str, GroupOutcome]
     """Every dropped group's key with why it was dropped (kept groups are added once trained)."""
+    set_aside: SetAside = field(default_factory=SetAside)
+    """Trajectories too long for the student, and groups with no variance left, counted."""
 
     @property
     def zero_variance(self) -> int:
@@ -79,19 +92,47 @@ class FilterResult:
         return sum(1 for o in self.outcomes.values() if o is GroupOutcome.stale)
 
 
-def filter_groups(groups: list[Group], *, current_step: int, max_staleness: int, min_std: float = 1e-6) -> FilterResult:
-    """Drop groups with (near) equal rewards and groups sampled more than `max_staleness` steps ago."""
+def filter_groups(
+    groups: list[Group],
+    *,
+    current_step: int,
+    max_staleness: int,
+    min_std: float = 1e-6,
+    fit: StudentFit | None = None,
+) -> FilterResult:
+    """Drop the trajectories longer than `fit`'s context first, then groups sampled more than
+    `max_staleness` steps ago and groups whose remaining rewards are (near) equal."""
     kept: list[Group] = []
     outcomes: dict[str, GroupOutcome] = {}
+    set_aside = SetAside()
     for group in groups:
+        if fit is not None:
+            group = _fitting(group, fit, set_aside)
         step = group.policy_step
         if step is not None and current_step - step > max_staleness:
             outcomes[group.key] = GroupOutcome.stale
         elif len(group.trajectories) < 2 or group.reward_std < min_std:
             outcomes[group.key] = GroupOutcome.zero_variance
+            rewards = ", ".join(f"{r:+.2f}" for r in group.rewards) or "none"
+            set_aside.add(SetAsideReason.no_variance, f"group {group.key[:40]}: rewards left {rewards}")
         else:
             kept.append(group)
-    return FilterResult(kept=kept, outcomes=outcomes)
+    return FilterResult(kept=kept, outcomes=outcomes, set_aside=set_aside)
+
+
+def _fitting(group: Group, fit: StudentFit, set_aside: SetAside) -> Group:
+    """`group` without its trajectories longer than the student's context (counted in `set_aside`)."""
+    fitting = []
+    for trajectory in group.trajectories:
+        why = fit.too_long(trajectory.messages_and_choices, trajectory.tools)
+        if why is None:
+            fitting.append(trajectory)
+        else:
+            label = trajectory.metadata.get("episode_id") or group.key[:40]
+            set_aside.add(SetAsideReason.too_long, f"trajectory of {label}: {why}")
+    if len(fitting) == len(group.trajectories):
+        return group
+    return Group(key=group.key, trajectories=fitting, metadata=group.metadata)
 
 
 def group_key(prefix: str, parts: list[str]) -> str:
@@ -111,24 +152,48 @@ def consumed_episode_ids(keys: set[str]) -> set[str]:
     return out
 
 
-def groups_from_log(store: EpisodeStore, *, run: str, group_size: int, model: str | None = None) -> list[Group]:
-    """Ready groups of policy episodes: ended, rewarded, not consumed by `run`, `group_size` per task.
+def verified_reward(store: EpisodeStore, episode: Episode) -> float | None:
+    """The episode's reward from evidence alone (a verifier's tests, a person's rating, a judge),
+    or None when only its claims speak for it or a monitor flag is not cleared."""
+    if not episode.verified or episode.flags:
+        return None
+    evidence = {source: value for source, value in episode.reward_components.items() if source in EVIDENCE}
+    return combine(evidence, store.weights)
+
+
+def log_groups(
+    store: EpisodeStore, *, run: str, group_size: int, model: str | None = None, fit: StudentFit | None = None
+) -> Selection[Group]:
+    """Ready groups of policy episodes: ended, rewarded by evidence, not consumed by `run`,
+    `group_size` per task, each trajectory within `fit`'s context; with what was set aside.
     `model`: the run's, as its policy endpoint records turns (`student-RUN@{step}`; `student` for the
     default run); episodes another model sampled any turn of are left out, so a group never mixes runs,
     or the base models they train."""
     consumed = consumed_episode_ids(store.runs.consumed_groups(run))
+    set_aside = SetAside()
     by_task: dict[str, list[tuple[str, Trajectory]]] = defaultdict(list)
-    for episode in store.terminal_episodes(source=EpisodeSource.policy):
+    # Every ended episode, unverified ones included, so those set aside are counted, not unseen.
+    for episode in store.terminal_episodes(source=EpisodeSource.policy, verified_only=False):
         if episode.id in consumed or episode.reward_total is None or episode.implicit:
             continue
         turns = store.turns.policy_turns(episode.id)
         if model is not None and any(turn.model.rsplit("@", 1)[0] != model for turn in turns):
             continue
+        reward = verified_reward(store, episode)
+        if reward is None:
+            claims = ", ".join(sorted(source.value for source in episode.reward_components)) or "none"
+            why = "an uncleared monitor flag" if episode.flags else f"only claims (components: {claims})"
+            set_aside.add(SetAsideReason.unverified_reward, f"episode {episode.id}: rewarded by {why}")
+            continue
         items, tools, steps = policy_conversation(turns)  # the conversation rebuilt, its choices exact
-        if items:
-            reward = max(-1.0, min(1.0, episode.reward_total))
-            trajectory = Trajectory(items, reward, tools, min(steps) if steps else None, {"episode_id": episode.id})
-            by_task[episode.task.strip()].append((episode.id, trajectory))
+        if not items:
+            continue
+        too_long = fit.too_long(items, tools) if fit is not None else None
+        if too_long is not None:
+            set_aside.add(SetAsideReason.too_long, f"episode {episode.id}: {too_long}")
+            continue
+        trajectory = Trajectory(items, reward, tools, min(steps) if steps else None, {"episode_id": episode.id})
+        by_task[episode.task.strip()].append((episode.id, trajectory))
     groups: list[Group] = []
     for task, members in by_task.items():
         for start in range(0, len(members) - group_size + 1, group_size):
@@ -140,7 +205,14 @@ def groups_from_log(store: EpisodeStore, *, run: str, group_size: int, model: st
                     metadata={"task": task[:200], "source": "log"},
                 )
             )
-    return groups
+    return Selection(groups, set_aside)
+
+
+def groups_from_log(
+    store: EpisodeStore, *, run: str, group_size: int, model: str | None = None, fit: StudentFit | None = None
+) -> list[Group]:
+    """`log_groups`' groups."""
+    return log_groups(store, run=run, group_size=group_size, model=model, fit=fit).items
 
 
 def to_art(groups: list[Group]) -> list[Any]:

@@ -265,15 +265,22 @@ async function compareView(a, b) {
     d.turns.length ? d.turns.map((t) => h("pre", {}, t.message && t.message.content ? t.message.content : JSON.stringify(t.message))) : null);
   const comment = h("input", { placeholder: "why (optional)", size: 40, name: "preference-comment" });
   const choose = (verdict) => async () => {
-    await act(api("/api/preferences", { method: "POST", body: { a, b, verdict, author: author(), comment: comment.value || null } }), "preference recorded");
+    const recorded = await act(api("/api/preferences", { method: "POST", body: { a, b, verdict, author: author(), comment: comment.value || null } }), "preference recorded");
     status.textContent = `recorded: ${verdict === "both_bad" ? "both bad" : verdict.toUpperCase() + " is better"}`;
+    // Whether the pair trains on the configured student, said now, not found out at training time.
+    const t = recorded.training || {};
+    training.className = t.trainable === false ? "neg" : "muted";
+    training.textContent = t.trainable === true ? "this pair trains on the student"
+      : t.trainable === false ? `this pair will not train (${t.kind}): ${t.reason}` : (t.reason || "");
   };
   const status = h("span", { dataset: { test: "verdict-status" } });
+  const training = h("p", { class: "muted", dataset: { test: "preference-training" } });
   show(h("h1", {}, "Which is better?"),
     h("div", { class: "verdict" },
       h("button", { dataset: { test: "prefer-a" }, onclick: choose("a") }, "← A is better"),
       h("button", { class: "secondary", dataset: { test: "both-bad" }, onclick: choose("both_bad") }, "Both bad"),
       h("button", { dataset: { test: "prefer-b" }, onclick: choose("b") }, "B is better →"), comment, status),
+    training,
     h("div", { class: "compare" }, side("A", da), side("B", db)));
 }
 
