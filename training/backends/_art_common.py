@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from training.backends.base import BackendConfig, BackendError, BackendUnavailable, TrainResult, checkpoint_steps
+from training.backends.sampled import as_sampled
 from training.backends.served import Served, publish
 from training.data.groups import Group, to_art
 
@@ -148,7 +149,7 @@ class ArtBackendAdapter:
 
     def train(self, groups: list[Group]) -> TrainResult:
         lr = self.config.learning_rate or DEFAULT_LR
-        art_groups = to_art(groups)
+        art_groups = as_sampled(to_art(groups))  # each tool call once: in the tokens that sampled it
         trained = self._run(self._art_backend.train(self._model, art_groups, learning_rate=lr, **self.train_options()))
         self.step = int(self._run(self._model.get_step()))
         raw = getattr(trained, "metrics", None) or {}

@@ -87,7 +87,11 @@ class LocalArtBackend(ArtBackendAdapter):
         return {"_internal_config": internal}
 
     def train_options(self) -> dict[str, Any]:
-        return {"kl_penalty_coef": self.config.kl_penalty_coef}
+        """The run's KL coefficient (ART's own estimator: see docs/gpu.md), and the old logprobs of the
+        importance ratio recomputed by the trainer before the update (`precalculate_logprobs`): vLLM's
+        sampled logprobs differ from the trainer's by float error (bf16), which would skew every
+        on-policy ratio; the sampled ones stay as `original_logprobs`."""
+        return {"kl_penalty_coef": self.config.kl_penalty_coef, "precalculate_logprobs": True}
 
     def make_art_backend(self) -> Any:
         import torch

@@ -105,7 +105,11 @@ class BackendConfig:
     computes it natively, else float32)."""
     kl_penalty_coef: float = 0.0
     """Pull training towards the base model (adapters off) by this much; 0 skips the reference pass.
-    GRPO: ART's kl_penalty_coef on each sampled token. SFT (cpu backend): the forward KL from the base's
+    GRPO (cpu, art-cpu): coef x the k3 estimate of KL(policy || base), exp(r) - r - 1 with
+    r = log base - log policy at each sampled token, averaged over the batch's sampled tokens and
+    added to the loss. GRPO on ART's own backends (local, serverless, tinker): ART's term, which is not
+    that: coef x (mean - own) of the k1 estimate (log policy - log base) added to each token's
+    advantage, the mean taken per micro-batch. SFT (cpu backend): the forward KL from the base's
     next-token distribution at each trained token, whole vocabulary (keeps what the base would also
     have said, so narrow demonstrations cost less elsewhere)."""
     dpo_beta: float = 0.1

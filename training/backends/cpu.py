@@ -2,15 +2,16 @@
 
 The model is the tiny from-config `tiny-qwen2` (tests), a packaged offline model
 (`training.models`, e.g. Qwen2.5-Coder-0.5B-Instruct), a local folder or a Hugging Face id.
-Sampling records per-token logprobs as vLLM does (`token_id:N` tokens, under the untempered
-policy: what the trainer recomputes), so ART's own `tokenize_trajectory_groups` maps choices back
-to token ids; `packed_tensors_from_tokenized_results` builds the batch and `art.loss.loss_fn`
-computes the loss (CISPO-style clipped policy gradient, ART's default). DPO is the loss of the
-DPO paper with the adapters switched off as the reference model, as TRL does for peft models;
-TRL itself is not used because its `datasets` dependency needs numpy>=2, which pufferlib's build
-here cannot take. Every objective runs one sequence at a time (gradients accumulate) and computes
-the vocabulary projection only where a token is scored, so a 4,000-token episode of a 150k-vocabulary
-model fits in a few GB. LoRA adapters (peft) are saved as ART checkpoints:
+Sampling records per-token logprobs as vLLM does (`token_id:N` tokens, under the distribution
+each token was drawn from, with the temperature on the choice), so ART's own
+`tokenize_trajectory_groups` maps choices back to token ids; `packed_tensors_from_tokenized_results`
+builds the batch and `art.loss.loss_fn` computes the loss (CISPO-style clipped policy gradient, ART's
+default) with the old logprobs taken from the trainer's own forward before the update, as ART's
+`precalculate_logprobs` does. DPO is the loss of the DPO paper with the policy the step starts from
+(the current adapter) as the reference; TRL itself is not used because its `datasets` dependency
+needs numpy>=2, which pufferlib's build here cannot take. Every objective runs one sequence at a
+time (gradients accumulate) and computes the vocabulary projection only where a token is scored, so
+a 4,000-token episode of a 150k-vocabulary model fits in a few GB. LoRA adapters (peft) are saved as ART checkpoints:
 `{path}/{project}/models/{model}/checkpoints/{step:04d}/adapter_model.safetensors`.
 """
 
@@ -42,6 +43,7 @@ from training.backends.base import (  # noqa: E402
     TrainResult,
     checkpoint_steps,
 )
+from training.backends.sampled import as_sampled, sampling_temperature  # noqa: E402
 from training.backends.tiny import ensure_base  # noqa: E402
 from training.data.groups import Group, to_art  # noqa: E402
 
@@ -205,16 +207,17 @@ def sample_choices(
     stop: list[str] | None = None,
     top_p: float = 1.0,
 ) -> tuple[list[Choice], list[int]]:
-    """`n` sampled completions with the exact logprob of each sampled token; also the prompt ids.
+    """`n` sampled completions with the logprob of each sampled token under the distribution it was
+    drawn from (the policy at `temperature`); also the prompt ids. Each choice records its
+    `temperature` (an extra field, as vLLM adds its own) so the trainer scores at the same one.
 
     `prompt_ids` overrides the chat template's tokenization (a continued conversation whose earlier
     turns must keep their sampled tokens). `stop`: a completion ends once its text holds one of
     these; its content is the text before it, its token ids end with the token that completed it.
     `top_p` < 1 draws each token from the smallest set of most likely tokens holding that much
-    probability; the logprob recorded is still the token's under the whole distribution, which is
-    what a trainer recomputes from the model (it cannot see the nucleus cut). Likewise at a
-    temperature other than 1 the token is drawn from the tempered distribution but its logprob is
-    the policy's own (vLLM's raw logprobs), so the trainer's recomputation matches it.
+    probability; the logprob recorded is still the token's under the whole tempered distribution,
+    which is what a trainer recomputes from the model (it cannot see the nucleus cut). Greedy
+    decoding (temperature 0) records the policy's own logprobs.
 
     The prompt is computed once and its cache shared by the `n` completions, which then decode
     together, one forward pass per token for the whole group.
@@ -274,6 +277,7 @@ def sample_choices(
                 index=i,
                 message=ChatCompletionMessage(role="assistant", content=content),
                 logprobs=ChoiceLogprobs(content=logprobs),
+                temperature=temperature,  # type: ignore[call-arg]
             )
         )
     return choices, prompt_ids
@@ -282,12 +286,15 @@ def sample_choices(
 def _pick(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the policy's own logprobs, the next token of each row): greedy at temperature 0, else
-    drawn from the tempered (and nucleus-cut) distribution."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    """(logprobs of the distribution at `temperature`, the next token of each row): greedy at
+    temperature 0 (the policy's own logprobs), else drawn from the tempered (and nucleus-cut)
+    distribution. The tempered logprobs are what the token was sampled from: a policy gradient
+    on the untempered ones would push the policy at 1 with tokens it did not draw."""
     if temperature == 0:
+        logp = torch.log_softmax(logits.float(), dim=-1)
         return logp, logp.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = logp.exp()
     probs = _nucleus(probs, top_p) if top_p < 1 else probs
     return logp, torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
@@ -419,6 +426,7 @@ def sft_example(
     ends and the rendering of messages[:k+1] ends; the fast tokenizer's offsets map spans to tokens.
     """
     messages = template_messages(messages)
+    tools = canonical_tools(tools)  # the form the sampler renders, keys in the same order
     full = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     spans = []
     for k, message in enumerate(messages):
@@ -439,16 +447,24 @@ def sft_example(
 
 
 def scored_log_softmax(
-    model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
+    model: Any,
+    ids: torch.Tensor,
+    scored: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    temperatures: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions t, the next-token log-distribution at each t, [positions x vocabulary]) for every
-    token t+1 that `scored` marks, of one sequence `ids`. The output head runs only at those
-    positions: a full [length x vocabulary] logits tensor of a real model is gigabytes."""
+    token t+1 that `scored` marks, of one sequence `ids`; `temperatures[t+1]`, when given, is the
+    temperature token t+1 was sampled at, and its distribution is scored at it. The output head
+    runs only at those positions: a full [length x vocabulary] logits tensor of a real model is
+    gigabytes."""
     positions = torch.nonzero(scored[1:]).squeeze(1)
     if positions.numel() == 0:
         return positions, torch.zeros(0, 0)
     kwargs = {"position_ids": position_ids.unsqueeze(0)} if position_ids is not None else {}
     logits = model(input_ids=ids.unsqueeze(0), logits_to_keep=positions, **kwargs).logits[0].float()
+    if temperatures is not None:
+        logits = logits / temperatures[positions + 1].unsqueeze(1)
     return positions, torch.log_softmax(logits, dim=-1)
 
 
@@ -460,11 +476,31 @@ def next_token_logprobs(logp: torch.Tensor, ids: torch.Tensor, positions: torch.
 
 
 def scored_logprobs(
-    model: Any, ids: torch.Tensor, scored: torch.Tensor, position_ids: torch.Tensor | None = None
+    model: Any,
+    ids: torch.Tensor,
+    scored: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    temperatures: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions t, logprob of token t+1 at t) for every token t+1 that `scored` marks."""
-    positions, logp = scored_log_softmax(model, ids, scored, position_ids)
+    positions, logp = scored_log_softmax(model, ids, scored, position_ids, temperatures)
     return positions, next_token_logprobs(logp, ids, positions)
+
+
+def token_temperatures(result: Any) -> torch.Tensor:
+    """The temperature each token of an ART `TokenizedResult` was sampled at (1 outside its
+    choices): ART's `choice_offsets` are where its sampled choices' tokens start, in order."""
+    from openai.types.chat.chat_completion import Choice
+
+    temperatures = torch.ones(len(result.token_ids))
+    sampled = [
+        (c.logprobs.content or [], sampling_temperature(c))
+        for c in result.trajectory.messages_and_choices
+        if isinstance(c, Choice) and c.logprobs is not None
+    ]
+    for start, (tokens, temperature) in zip(result.choice_offsets, sampled, strict=False):
+        temperatures[start : start + len(tokens)] = temperature
+    return temperatures
 
 
 def completion_logprob(model: Any, ids: list[int], labels: list[int]) -> torch.Tensor:
@@ -555,13 +591,35 @@ class CpuBackend:
         """One GRPO step on rlide's groups: `train_art` on their ART form."""
         return self.train_art(to_art(groups))
 
+    def tokenize_art(self, art_groups: list[Any]) -> list[Any]:
+        """ART's tokenization of these groups (its `TokenizedResult`s), with each sampled choice as
+        `sampled.as_sampled` hands it (its tool calls only in its sampled tokens), so each trained
+        sequence is the prompt the policy saw followed by the tokens it sampled."""
+        from art.preprocessing.tokenize import tokenize_trajectory_groups
+
+        random.seed(self.config.seed * 100_003 + self.step)  # ART shuffles with `random`
+        return list(
+            tokenize_trajectory_groups(
+                self.tokenizer, as_sampled(art_groups), allow_training_without_logprobs=False, scale_rewards=True
+            )
+        )
+
     def train_art(self, art_groups: list[Any], learning_rate: float | None = None) -> TrainResult:
         """One GRPO step on ART `TrajectoryGroup`s: ART's tokenization and loss, one trajectory at a
         time (the per-sequence losses are summed and divided by the batch's scored tokens: ART's
-        token mean). `learning_rate`: this step's, as ART's `backend.train` takes it (None: the run's)."""
+        token mean). `learning_rate`: this step's, as ART's `backend.train` takes it (None: the run's).
+
+        The old logprobs of the importance ratio are the trainer's own forward before the update
+        (ART's `precalculate_logprobs`): the sampler's decode (a KV cache, in bfloat16 by default)
+        and the trainer's full forward disagree by float error (in bf16 on Qwen2.5-Coder-0.5B an
+        outside review measured up to 0.27 nats/token, mean 0.05), which would make the ratios of an
+        on-policy step 0.76-1.31 instead of 1. How far they disagree is reported
+        (`losses/max_logprob_drift`, `losses/mean_logprob_drift`). Each token is scored at the
+        temperature it was sampled at (`token_temperatures`). The KL term, with `kl_penalty_coef`,
+        is the k3 estimator against the base model (adapters off), exp(ref - new) - (ref - new) - 1
+        per sampled token, averaged over the batch's tokens and added to the loss (`losses/kl`)."""
         from art.loss import loss_fn
         from art.preprocessing.pack import packed_tensors_from_tokenized_results
-        from art.preprocessing.tokenize import tokenize_trajectory_groups
 
         self._require_started()
         assert self.optimizer is not None
@@ -569,18 +627,17 @@ class CpuBackend:
             for param_group in self.optimizer.param_groups:
                 param_group["lr"] = learning_rate
         started = time.perf_counter()
-        random.seed(self.config.seed * 100_003 + self.step)  # ART shuffles with `random`
-        tokenized = list(
-            tokenize_trajectory_groups(
-                self.tokenizer, art_groups, allow_training_without_logprobs=False, scale_rewards=True
-            )
-        )
+        tokenized = self.tokenize_art(art_groups)
         results = [r for r in tokenized if len(r.token_ids) <= self.max_seq_len]
         if not results:
             raise BackendError(
                 "no trainable tokens in these groups (no choices with logprobs, zero advantage, or every"
                 f" trajectory longer than max_seq_len={self.max_seq_len})"
             )
+        for index, result in enumerate(results):
+            # One row per result (`pack_results=False`); its parent id names the result the packing's
+            # shuffle put in that row. ART uses prompt ids only to share prompts within a packed row.
+            result.prompt_id = index
         packed = packed_tensors_from_tokenized_results(
             results, seq_len=self.max_seq_len, pad_token_id=-100, pack_results=False, verbosity=0
         )
@@ -588,34 +645,43 @@ class CpuBackend:
         rows, width = tokens.shape
         per_token = {k: v for k, v in packed.items() if isinstance(v, torch.Tensor) and v.shape == (rows, width)}
         scored_total = float(packed["assistant_mask"][:, 1:].sum())
-        experimental: Any = {"kl_penalty_coef": self.config.kl_penalty_coef}
-        news, olds, policy_loss = [], [], 0.0
+        coef = self.config.kl_penalty_coef
+        news, sampled, policy_loss, kl_sum, ratio_deviation = [], [], 0.0, 0.0, 0.0
         self._begin_step()
         for r in range(rows):
             length = int((tokens[r] != -100).sum())  # one trajectory per row, padded at its end
-            row = {k: v[r : r + 1, :length] for k, v in per_token.items()}
+            row = {k: v[r : r + 1, :length].clone() for k, v in per_token.items()}
+            temperatures = token_temperatures(results[int(packed["parent_ids"][r, 0])])[:length]
             scored = row["assistant_mask"][0].bool()
-            positions, logps = scored_logprobs(self.model, row["tokens"][0], scored, row["input_pos"][0])
+            ids, pos = row["tokens"][0], row["input_pos"][0]
+            positions, logps = scored_logprobs(self.model, ids, scored, pos, temperatures)
             if positions.numel() == 0:
                 continue
+            sampled.append(row["logprobs"][0, positions + 1].clone())
+            row["logprobs"][0, positions + 1] = logps.detach()  # the old policy: these weights, before the step
             new_lp = torch.zeros(1, length, dtype=logps.dtype).index_put(
                 (torch.zeros_like(positions), positions), logps
             )
-            ref_lp = None
-            if self.config.kl_penalty_coef > 0:
+            loss = loss_fn(row, new_lp, None, None, {}, reduction="sum")  # type: ignore[arg-type]
+            total = loss.policy_loss / scored_total
+            if coef > 0:
                 with torch.no_grad(), self.model.disable_adapter():
-                    _, ref = scored_logprobs(self.model, row["tokens"][0], scored, row["input_pos"][0])
-                ref_lp = torch.zeros(1, length).index_put((torch.zeros_like(positions), positions), ref)
-            loss = loss_fn(row, new_lp, ref_lp, None, experimental, reduction="sum")  # type: ignore[arg-type]
-            (loss.policy_loss / scored_total).backward()  # type: ignore[no-untyped-call]
+                    _, ref = scored_logprobs(self.model, ids, scored, pos, temperatures)
+                log_ratio = ref - logps
+                kl = (torch.exp(log_ratio) - log_ratio - 1).sum() / scored_total
+                total = total + coef * kl
+                kl_sum += float(kl.detach())
+            total.backward()  # type: ignore[no-untyped-call]
             policy_loss += float(loss.policy_loss.detach()) / scored_total
+            old = row["logprobs"][0, positions + 1]
+            ratio_deviation = max(ratio_deviation, float((torch.exp(logps.detach() - old) - 1).abs().max()))
             news.append(logps.detach())
-            olds.append(row["logprobs"][0, positions + 1])
         grad_norm = self._finish_step()
-        new_all, old_all = torch.cat(news), torch.cat(olds)
+        new_all, old_all = torch.cat(news), torch.cat(sampled)
         recorded = ~torch.isnan(old_all)
-        # How far recomputed logprobs are from the sampled ones (0 up to float error when on-policy).
-        drift = float((new_all[recorded] - old_all[recorded]).abs().max()) if recorded.any() else math.nan
+        # How far the trainer's logprobs are from the sampler's (float error only, when on-policy).
+        gap = (new_all[recorded] - old_all[recorded]).abs()
+        drift = float(gap.max()) if recorded.any() else math.nan
         corr = float(torch.corrcoef(torch.stack([new_all[recorded].exp(), old_all[recorded].exp()]))[0, 1])
         self._record_trained(
             "grpo",
@@ -628,9 +694,12 @@ class CpuBackend:
             total_tokens,
             {
                 "losses/policy_loss": policy_loss,
+                **({"losses/kl": kl_sum} if coef > 0 else {}),
                 "losses/grad_norm": grad_norm,
                 "losses/probs_corr": corr,
                 "losses/max_logprob_drift": drift,
+                "losses/mean_logprob_drift": float(gap.mean()) if recorded.any() else math.nan,
+                "losses/max_ratio_deviation": ratio_deviation,
                 "perf/sequences": float(rows),
                 "perf/trainable_tokens": scored_total,
                 "charts/dropped_overlength": float(len(tokenized) - len(results)),
@@ -687,7 +756,12 @@ class CpuBackend:
     def train_dpo(self, pairs: list[dict[str, Any]]) -> TrainResult:
         """One DPO step on preference pairs (the `dpo` export layout: {"prompt", "chosen",
         "rejected", "tools"?}): -log sigmoid(beta * (policy margin - reference margin)), the
-        reference being the base model (adapters off)."""
+        reference being the policy this step starts from (the current adapter), not the base: what
+        SFT and GRPO taught it is where DPO starts. Each pair is trained once, so its reference margin
+        is the policy's margin before the update: the same weights, so this forward's, detached. The
+        loss is therefore log 2 and its gradient beta/2 times that of the policy margin; the metrics
+        say how the policy ranked each pair before the step (`logps/margin`: log pi(chosen) -
+        log pi(rejected), mean; `logps/accuracy`: the share it already preferred)."""
         self._require_started()
         started = time.perf_counter()
         usable_pairs, skipped = [], {}
@@ -705,18 +779,15 @@ class CpuBackend:
                 f"no preference pair of this batch is usable: {next(iter(skipped.values()))}", skipped
             )
         beta = self.config.dpo_beta
-        loss_sum, correct, margins = 0.0, 0, []
+        loss_sum, margins = 0.0, []
         self._begin_step()
         for _, chosen, rejected in usable_pairs:
-            with torch.no_grad(), self.model.disable_adapter():
-                reference = completion_logprob(self.model, *chosen) - completion_logprob(self.model, *rejected)
             policy = completion_logprob(self.model, *chosen) - completion_logprob(self.model, *rejected)
-            margin = beta * (policy - reference)
-            loss = -torch.nn.functional.logsigmoid(margin) / len(usable_pairs)
+            reference = policy.detach()
+            loss = -torch.nn.functional.logsigmoid(beta * (policy - reference)) / len(usable_pairs)
             loss.backward()  # type: ignore[no-untyped-call]
             loss_sum += float(loss.detach())
-            correct += int(float(margin.detach()) > 0)
-            margins.append(float(margin.detach()))
+            margins.append(float(reference))
         grad_norm = self._finish_step()
         self._record_trained("dpo", [(None, s[0]["prompt"]) for s in usable_pairs])
         return self._result(
@@ -725,8 +796,8 @@ class CpuBackend:
             {
                 "losses/dpo_loss": loss_sum,
                 "losses/grad_norm": grad_norm,
-                "rewards/accuracy": correct / len(usable_pairs),
-                "rewards/margin": sum(margins) / len(margins),
+                "logps/accuracy": sum(m > 0 for m in margins) / len(margins),
+                "logps/margin": sum(margins) / len(margins),
                 "charts/skipped": float(len(skipped)),
             },
             skipped,

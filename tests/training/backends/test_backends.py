@@ -125,7 +125,13 @@ def test_local_hands_the_runs_settings_to_art(tmp_path: Path) -> None:
         "chat_template_tool_schema_format": "vllm_openai",
         "engine_args": {"logprobs_mode": "raw_logprobs"},  # logprobs at temperature 1, as ART recomputes them
     }
-    assert adapter.train_options() == {"kl_penalty_coef": 0.05}
+    # ART recomputes the old logprobs with its trainer before the update (the ratio is 1 on-policy).
+    assert adapter.train_options() == {"kl_penalty_coef": 0.05, "precalculate_logprobs": True}
+    import inspect
+
+    from art.local import LocalBackend
+
+    assert set(adapter.train_options()) <= set(inspect.signature(LocalBackend.train).parameters)
     every_linear = LocalArtBackend(BackendConfig(backend="local", base_model="Qwen/Qwen2.5-1.5B-Instruct"))
     assert every_linear.trainable_model()._internal_config["peft_args"] == {"r": 8, "lora_alpha": 16}  # ART's targets
     assert every_linear.trainable_model().name == "student"  # the default run keeps its directory
