@@ -45,6 +45,7 @@ from training.backends.base import (  # noqa: E402
 )
 from training.backends.sampled import as_sampled, sampling_temperature  # noqa: E402
 from training.backends.tiny import ensure_base  # noqa: E402
+from training.data.fit import DEFAULT_MAX_SEQ_LEN, template_messages  # noqa: E402
 from training.data.groups import Group, to_art  # noqa: E402
 
 TINY = "tiny-qwen2"
@@ -52,7 +53,6 @@ TINY_LR = 2e-2
 """High, because the tiny model starts from random weights and must move within a handful of steps."""
 PRETRAINED_LR = 1e-4
 """A common LoRA rate for 0.5-1.5B instruct models: visible change within tens of steps, no collapse."""
-DEFAULT_MAX_SEQ_LEN = 4096
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -141,32 +141,6 @@ def canonical_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] 
     from pydantic import TypeAdapter
 
     return list(TypeAdapter(list[ChatCompletionFunctionToolParam]).validate_python(tools))  # type: ignore[arg-type]
-
-
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`messages` as chat templates expect them: an assistant tool call's `arguments` as an object.
-
-    OpenAI clients send arguments as JSON text; templates written for objects (Qwen2.5's renders
-    `arguments | tojson`) would print that text as a quoted string, a call the model never wrote.
-    vLLM parses them for the template the same way; text that is not a JSON object stays as it is."""
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if message.get("role") == "assistant" and isinstance(calls, list) and calls:
-            message = {**message, "tool_calls": [_with_object_arguments(c) for c in calls]}
-        out.append(message)
-    return out
-
-
-def _with_object_arguments(call: Any) -> Any:
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(arguments := function.get("arguments"), str):
-        return call
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return call
-    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
 
 
 def prompt_token_ids(

@@ -102,10 +102,10 @@ def template_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     call's JSON-text `arguments` as an object, as vLLM and the trainers render it."""
     out = []
     for item in items:
-        message = dict(as_message(item))
+        message = as_message(item)
         calls = message.get("tool_calls")
         if message.get("role") == "assistant" and isinstance(calls, list) and calls:
-            message["tool_calls"] = [_object_arguments(call) for call in calls]
+            message = {**message, "tool_calls": [_object_arguments(call) for call in calls]}
         out.append(message)
     return out
 

@@ -147,7 +147,8 @@ class TransformersEngine:
         does not render `messages` as a continuation of it (then the plain chat template is used).
         `messages` continue `prior` (`PriorTurn.continued_by`): checked by the caller, which has
         the redacted messages already."""
-        from training.backends.cpu import canonical_tools, template_messages
+        from training.backends.cpu import canonical_tools
+        from training.data.fit import template_messages
 
         n = len(prior.messages)
         tok = self._tokenizer

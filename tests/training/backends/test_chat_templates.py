@@ -10,7 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from training.backends.cpu import prompt_token_ids, sft_example, template_messages  # noqa: E402
+from training.backends.cpu import prompt_token_ids, sft_example  # noqa: E402
+from training.data.fit import template_messages  # noqa: E402
 from training.models.registry import PACKAGED, installed, model_dir  # noqa: E402
 
 ARGUMENTS = {"test_command": "python -m pytest -q", "timeout_s": 30}
