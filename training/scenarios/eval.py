@@ -1,8 +1,12 @@
 """`rlide eval`: pass@k of the current policy on code-checked tasks it never trained on.
 
 **Tasks.** The built-in HumanEval set (`--tasks humaneval`, its held-out split by default), or a
-JSONL file in HumanEval's format (`--tasks PATH`, read by `training.scenarios.task_file`), whose
-tasks become scenarios through the same function as the built-in ones (`base.humaneval_scenario`).
+JSONL file (`--tasks PATH`, read by `training.scenarios.task_file`) of HumanEval tasks, which
+become scenarios through the same function as the built-in ones (`base.humaneval_scenario`), or of
+bug instances in SWE-bench's format (`training.scenarios.bug_tasks`, docs/bug-tasks.md): the model
+gets the problem statement and the code involved, answers with search/replace edits or a whole
+function (`training.scenarios.edits`), and the instance's own tests judge the result; its pass@1 is
+the fix rate.
 
 **Judging.** Each completion is judged by the values it returns (`envpool.verifiers.values`): the
 completion's code runs only to return them; the task's check runs on the trusted side. Code written
@@ -11,14 +15,13 @@ by a model is run only through the runner the caller passes: envpool's sandbox i
 check cannot be recorded against its canonical solution (a wrong one, a broken check) counts as
 failed and is listed as `unverifiable`.
 
-**Why a task needs its canonical solution.** The values verifier learns which calls the check
-makes by running the check against the canonical solution. Without one, the remaining judge would
-be the check run in one program with the candidate and that program's exit status as the verdict:
-exactly what the values verifier replaced, because it is not adversarially sound (a candidate that
-raised `SystemExit` passed 164 of 164 HumanEval problems; the sandbox contains such code, it does
-not make its exit status honest). `envpool.verifiers.plain` is the codec that carries values across
-the sandbox's wall, not a judge of its own. So a task file with tasks lacking `canonical_solution`
-is refused before anything is sampled, naming them.
+**A task without its canonical solution.** The values verifier learns which calls the check
+makes by running the check against the canonical solution. Without one, those calls are recorded
+from the candidate's own sandboxed run, and the verdict is still the task's check run on the
+trusted side against the candidate's returned values (`training.scenarios.reference_free` says
+why that stays sound). What is never done: the check run in one program with the candidate and that
+program's exit status taken as the verdict (a candidate that raised `SystemExit` passed 164 of 164
+HumanEval problems that way).
 
 **Sampling and scores.** K completions per task from one call (`n=K`): greedy when K is 1 (pass@1
 is then exact), else at `temperature`. pass@k for k in (1, K) is the unbiased estimator of Chen et
@@ -44,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
 from training.data.ledger import LedgerError, trained_overlap
 from training.scenarios.base import (
     ProgramRunner,
@@ -53,8 +58,13 @@ from training.scenarios.base import (
     humaneval_scenario,
     humaneval_verdict,
 )
+from training.scenarios.bug_tasks.attempt import BugTask, pose, score
+from training.scenarios.bug_tasks.judge import RunsFor
 from training.scenarios.errors import VerifierUnavailable
+from training.scenarios.reference_free import reference_free_verdict
 from training.scenarios.task_file import TaskFileError, read_task_file
+
+log = structlog.get_logger(__name__)
 
 BUILTIN_TASKS = "humaneval"
 Z95 = 1.959963984540054
@@ -87,6 +97,8 @@ class EvalTasks:
     source: dict[str, str]
     """{"builtin": name} or {"path": resolved path, "sha256": of the file's bytes}."""
     skipped_trained: list[str] = field(default_factory=list)
+    bugs: list[BugTask] = field(default_factory=list)
+    """A task file's bug instances (then `scenarios` is empty)."""
 
 
 def select_tasks(
@@ -102,48 +114,46 @@ def select_tasks(
     `model_dir`: a policy no run trained, nothing to check). Fast: nothing is sampled or run."""
     if tasks == BUILTIN_TASKS:
         split = split or "heldout"
+        bugs: list[BugTask] = []
         scenarios, source = builtin(tasks, split), {"builtin": tasks}
     else:
         if split is not None:
             raise EvalRefused("a split picks part of the built-in humaneval set; a task file is evaluated whole")
-        scenarios, source = _file_scenarios(Path(tasks))
+        scenarios, bugs, source = _file_tasks(Path(tasks))
     scenarios = scenarios[:limit] if limit is not None else scenarios
+    bugs = bugs[:limit] if limit is not None else bugs
+    prompts = [(s.id, s.verifier.data["prompt"]) for s in scenarios]
+    prompts += [(b.id, b.instance.problem_statement) for b in bugs]
     trained: list[str] = []
     if model_dir is not None:
         try:
-            trained = trained_overlap(model_dir, [(s.id, s.verifier.data["prompt"]) for s in scenarios])
+            trained = trained_overlap(model_dir, prompts)
         except LedgerError as exc:
             raise EvalRefused(f"cannot tell which tasks the run trained on: {exc}") from exc
     if trained and not skip_trained:
         raise EvalRefused(
-            f"the run trained on {len(trained)} of these {len(scenarios)} tasks ({_listed(trained)}): a score on them"
+            f"the run trained on {len(trained)} of these {len(prompts)} tasks ({_listed(trained)}): a score on them"
             " measures memory, not skill. Pass --skip-trained to leave them out (the report lists them),"
             " or evaluate on other tasks"
         )
     dropped = set(trained)
     kept = [s for s in scenarios if s.id not in dropped]
-    if not kept:
-        raise EvalRefused(f"the run trained on every one of these {len(scenarios)} tasks: nothing is left to evaluate")
-    return EvalTasks(tasks, split or "all", kept, source, trained)
+    kept_bugs = [b for b in bugs if b.id not in dropped]
+    if not kept and not kept_bugs:
+        raise EvalRefused(f"the run trained on every one of these {len(prompts)} tasks: nothing is left to evaluate")
+    return EvalTasks(tasks, split or "all", kept, source, trained, kept_bugs)
 
 
-def _file_scenarios(path: Path) -> tuple[list[Scenario], dict[str, str]]:
+def _file_tasks(path: Path) -> tuple[list[Scenario], list[BugTask], dict[str, str]]:
     try:
         file = read_task_file(path)
     except TaskFileError as exc:
         raise EvalRefused(
-            f"{exc} (--tasks takes {BUILTIN_TASKS} or the path of a JSONL file in HumanEval's format)"
+            f"{exc} (--tasks takes {BUILTIN_TASKS} or the path of a JSONL file of HumanEval tasks or bug instances)"
         ) from exc
-    missing = [f"{task.task_id} (line {line})" for line, task in file.tasks if task.canonical_solution is None]
-    if missing:
-        raise EvalRefused(
-            f"{path}: no canonical_solution for {_listed(missing)}. The verifier learns what the check calls"
-            " by running it against a correct solution (running the check with the candidate and trusting its"
-            " exit status is not sound: a candidate can exit 0); add to each task, as canonical_solution, the"
-            " function body that completes its prompt"
-        )
     scenarios = [humaneval_scenario(task.model_dump(), "heldout") for _, task in file.tasks]
-    return scenarios, {"path": str(path.resolve()), "sha256": file.sha256}
+    bugs = [BugTask(instance, path.parent) for _, instance in file.instances]
+    return scenarios, bugs, {"path": str(path.resolve()), "sha256": file.sha256}
 
 
 def _listed(names: list[str]) -> str:
@@ -203,6 +213,8 @@ class EvalReport:
     source: dict[str, str]
     skipped_trained: list[str] = field(default_factory=list)
     results: list[TaskResult] = field(default_factory=list)
+    bug_tasks: bool = False
+    """Bug instances: pass@1 is the fix rate, and the report lists each instance's outcome."""
 
     @property
     def n(self) -> int:
@@ -251,6 +263,22 @@ class EvalReport:
             "failed": [r.task_id for r in self.results if not r.passed],
             "unverifiable": [r.task_id for r in self.results if r.unverifiable],
             "skipped_trained": self.skipped_trained,
+        } | (self._instances() if self.bug_tasks else {})
+
+    def _instances(self) -> dict[str, Any]:
+        return {
+            "fix_rate": self.pass_at_1,
+            "instances": [
+                {
+                    "instance_id": r.task_id,
+                    "resolved": r.passed,
+                    "resolved_samples": r.correct,
+                    "samples": r.samples,
+                    "unverifiable": r.unverifiable,
+                    "detail": r.detail,
+                }
+                for r in self.results
+            ],
         }
 
 
@@ -266,8 +294,10 @@ def evaluate(
     timeout_s: float = 10.0,
     model: str = "policy",
     checkpoint_step: int | None = None,
+    runs_for: RunsFor | None = None,
 ) -> EvalReport:
-    """`samples` completions per task of `tasks` (one call each), judged in `runner`."""
+    """`samples` completions per task of `tasks` (one call each), judged in `runner`; bug instances
+    in the sandboxes of `runs_for` (their tests need the repository's import roots on the path)."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     drawn_at = 0.0 if samples == 1 else temperature
@@ -280,7 +310,14 @@ def evaluate(
         temperature=drawn_at,
         source=tasks.source,
         skipped_trained=list(tasks.skipped_trained),
+        bug_tasks=bool(tasks.bugs),
     )
+    if tasks.bugs and runs_for is None:
+        raise ValueError("bug instances run their project's tests: pass runs_for (a SandboxRuns)")
+    for i, bug in enumerate(tasks.bugs):
+        assert runs_for is not None
+        report.results.append(_judge_bug(policy, bug, runs_for, samples, drawn_at, max_tokens, seed + i))
+        log.info("eval.instance", instance=bug.id, done=i + 1, of=len(tasks.bugs), resolved=report.results[-1].correct)
     for i, scenario in enumerate(tasks.scenarios):
         started = time.perf_counter()
         completions = policy(
@@ -292,13 +329,43 @@ def evaluate(
     return report
 
 
+def _judge_bug(
+    policy: CompletionPolicy,
+    bug: BugTask,
+    runs_for: RunsFor,
+    samples: int,
+    temperature: float,
+    max_tokens: int,
+    seed: int,
+) -> TaskResult:
+    started = time.perf_counter()
+    try:
+        posed = pose(bug, runs_for)
+    except VerifierUnavailable as exc:  # the instance's fault or the sandbox's, never the model's
+        return TaskResult(bug.id, samples, 0, time.perf_counter() - started, str(exc), True)
+    completions = policy(posed.messages, n=samples, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    if len(completions) != samples:
+        raise ValueError(f"the policy answered {bug.id} with {len(completions)} completions, not {samples}")
+    correct, detail = 0, ""
+    for completion in completions:
+        try:
+            scored = score(posed, completion, runs_for)
+        except VerifierUnavailable as exc:
+            return TaskResult(bug.id, samples, 0, time.perf_counter() - started, str(exc), True)
+        correct += scored.resolved
+        detail = detail or ("" if scored.resolved else scored.detail)
+    return TaskResult(bug.id, samples, correct, time.perf_counter() - started, detail)
+
+
 def _judge(
     scenario: Scenario, completions: list[str], runner: ProgramRunner, timeout_s: float, started: float
 ) -> TaskResult:
     correct, detail = 0, ""
     for completion in completions:
         try:
-            verdict = humaneval_verdict(scenario.verifier.data, completion, runner, timeout_s)
+            data = scenario.verifier.data
+            judged = humaneval_verdict if data.get("canonical_solution") is not None else reference_free_verdict
+            verdict = judged(data, completion, runner, timeout_s)
         except VerifierUnavailable as exc:  # the task's fault or the sandbox's, never the sample's
             return TaskResult(scenario.id, len(completions), 0, time.perf_counter() - started, str(exc), True)
         correct += verdict.passed
@@ -328,6 +395,7 @@ def eval_current_policy(
     max_tokens: int = 256,
     committed: Callable[[], int | None] | None = None,
     upstream: str | None = None,
+    runs_for: RunsFor | None = None,
 ) -> EvalReport:
     """pass@k of a run's policy (wired as `rlide eval`): the engine `policy serve` would use
     (`gateway.engines.policy_engine`: a cpu run's latest checkpoint, a GPU run's published server, or
@@ -345,4 +413,5 @@ def eval_current_policy(
         max_tokens=max_tokens,
         model=engine.model_id,
         checkpoint_step=engine.checkpoint_step,
+        runs_for=runs_for,
     )

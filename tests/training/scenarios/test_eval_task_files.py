@@ -226,10 +226,6 @@ def test_a_malformed_line_is_named_with_its_number_and_field(tmp_path: Path, lin
 
 
 def test_unusable_task_files_and_options_are_refused_before_sampling(tmp_path: Path) -> None:
-    without = {k: v for k, v in TASKS[0].items() if k != "canonical_solution"}
-    path = write_tasks(tmp_path / "tasks.jsonl", [TASKS[2], without])
-    with pytest.raises(EvalRefused, match=r"no canonical_solution for demo/add \(line 2\)"):
-        select_tasks(str(path))
     with pytest.raises(EvalRefused, match="no task file at .*--tasks takes humaneval or the path"):
         select_tasks(str(tmp_path / "missing.jsonl"))
     (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")

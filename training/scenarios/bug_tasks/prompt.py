@@ -1,0 +1,138 @@
+"""What the model is given for a bug instance: the problem statement and the code involved.
+
+The code involved is read from a run of FAIL_TO_PASS on the start state (`judge.failure_run`, short
+tracebacks): every project function a traceback passes through (by file and line), then the
+project functions the failing tests' own functions call by name (an assertion on a wrong value has
+no frame inside the project). Each is shown whole, with its file, up to `MAX_CODE_CHARS`; the
+answer format follows (`training.scenarios.edits`). The start state's run costs one sandbox run per
+instance and doubles as a check that FAIL_TO_PASS really fails there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from training.scenarios.bug_tasks.judge import PreparedInstance, is_source
+from training.scenarios.edits import FunctionSite
+
+MAX_CODE_CHARS = 6_000
+MAX_FUNCTIONS = 4
+_FRAME = re.compile(r"^(\S+\.py):(\d+): in (\w+)", re.MULTILINE)
+ANSWER_FORMAT = """Answer with the fix only, in one of these forms:
+
+1. One or more SEARCH/REPLACE blocks: the file's path on its own line, then
+<<<<<<< SEARCH
+(lines copied exactly from the file)
+=======
+(the lines that replace them)
+>>>>>>> REPLACE
+
+2. The whole corrected function in a ```python block (same name; one function per `def`)."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    text: str
+    """The prompt."""
+    sites: dict[str, FunctionSite]
+    """The functions shown, by qualified name and (when unique) bare name: what a rewrite may replace."""
+
+
+@dataclass(frozen=True)
+class _Def:
+    path: str
+    qualname: str
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def _definitions(prepared: PreparedInstance) -> list[_Def]:
+    found: list[_Def] = []
+    for path in sorted(p for p in prepared.start if is_source(prepared, p)):
+        try:
+            tree = ast.parse(prepared.start[path])
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append(_Def(path, node.name, node))
+            elif isinstance(node, ast.ClassDef):
+                found += [
+                    _Def(path, f"{node.name}.{item.name}", item)
+                    for item in node.body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                ]
+    return found
+
+
+def _enclosing(defs: list[_Def], path: str, line: int) -> _Def | None:
+    inside = [d for d in defs if d.path == path and d.node.lineno <= line <= (d.node.end_lineno or 0)]
+    return inside[-1] if inside else None
+
+
+def _called_names(source: str, line: int) -> list[str]:
+    """The names a test function (the one holding `line`) uses, in order of first use."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    funcs = [
+        n for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.lineno <= line <= (n.end_lineno or 0)
+    ]  # fmt: skip
+    if not funcs:
+        return []
+    names: list[str] = []
+    for node in ast.walk(min(funcs, key=lambda n: (n.end_lineno or 0) - n.lineno)):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name and not name.startswith("__") and name not in names:
+            names.append(name)
+    return names
+
+
+def involved(prepared: PreparedInstance, output: str) -> list[_Def]:
+    """The project functions a FAIL_TO_PASS run's output involves, most direct first."""
+    defs = _definitions(prepared)
+    chosen: list[_Def] = []
+    frames = [(m.group(1), int(m.group(2))) for m in _FRAME.finditer(output)]
+    for path, line in frames:
+        if path in prepared.start and is_source(prepared, path):
+            found = _enclosing(defs, path, line)
+            if found is not None and found not in chosen:
+                chosen.append(found)
+    by_name: dict[str, list[_Def]] = {}
+    for d in defs:
+        by_name.setdefault(d.node.name, []).append(d)
+    for path, line in frames:
+        if path in prepared.start and not is_source(prepared, path):
+            for name in _called_names(prepared.start[path], line):
+                matches = by_name.get(name, [])
+                if len(matches) == 1 and matches[0] not in chosen:
+                    chosen.append(matches[0])
+    return chosen[:MAX_FUNCTIONS]
+
+
+def bug_prompt(prepared: PreparedInstance, output: str) -> Shown:
+    """The prompt for `prepared`, from its start state's FAIL_TO_PASS `output`."""
+    parts = [f"Fix a bug in the repository {prepared.instance.repo}.", prepared.instance.problem_statement.strip()]
+    sites: dict[str, FunctionSite] = {}
+    bare: dict[str, list[FunctionSite]] = {}
+    budget = MAX_CODE_CHARS
+    for d in involved(prepared, output):
+        lines = prepared.start[d.path].splitlines(keepends=True)
+        first = min([d.node.lineno, *(x.lineno for x in d.node.decorator_list)])
+        code = "".join(lines[first - 1 : d.node.end_lineno])
+        if len(code) > budget:
+            continue
+        budget -= len(code)
+        parts.append(f"{d.path}, {d.qualname}:\n```python\n{code.rstrip()}\n```")
+        site = FunctionSite(d.path, d.qualname)
+        sites[d.qualname] = site
+        bare.setdefault(d.node.name, []).append(site)
+    sites.update({name: found[0] for name, found in bare.items() if len(found) == 1 and name not in sites})
+    parts.append(ANSWER_FORMAT)
+    return Shown("\n\n".join(parts), sites)
+
+
+__all__ = ["ANSWER_FORMAT", "Shown", "bug_prompt", "involved"]
