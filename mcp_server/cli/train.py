@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mcp_server.cli.common import SftViewChoice, cli_settings, fail, open_store
+from mcp_server.cli.common import SftViewChoice, cli_settings, fail, open_store, visible
 from mcp_server.settings import Settings
 
 train_app = typer.Typer(
@@ -45,65 +45,87 @@ def _run_name(name: str) -> str:
 SETTING_SOURCES = {"backend": "RLIDE_TRAINING_BACKEND", "base_model": "RLIDE_TRAINING_BASE_MODEL"}
 """The settings behind the two values a run keeps that `rlide train` takes from the environment."""
 
-
-def _backend_config(settings: Settings, run: str) -> Any:
-    """The backend of run `run` as it was started (its base model and hyperparameters, from the log),
-    or, for a run not started yet, of the settings. Where the settings now name another backend or
-    base model, a note on stderr says the run keeps its own."""
-    from episodes.db import StoreError
-    from episodes.store import EpisodeStore
-    from training.backends.base import IDENTITY, BackendConfig
-
-    try:
-        store = EpisodeStore.open(settings.episode_db_url)
-    except StoreError as exc:
-        raise fail(str(exc)) from exc
-    try:
-        started = store.runs.identity(run) or {}
-    finally:
-        store.close()
-    kept = {key: value for key, value in started.items() if key in IDENTITY}
-    defaults = {"backend": settings.training_backend, "base_model": settings.training_base_model}
-    for key, variable in SETTING_SOURCES.items():
-        if key in kept and kept[key] != defaults[key]:
-            typer.echo(
-                f"note: run {run!r} keeps the {key.replace('_', ' ')} it was started with, {kept[key]!r}"
-                f" ({variable} now says {defaults[key]!r}; --run NEW for a run on that)",
-                err=True,
-            )
-    return BackendConfig(path=settings.home / "art", run=run, **{**defaults, **kept})
-
-
 IDENTITY_OPTIONS = {
+    "base_model": "--base-model",
     "learning_rate": "--learning-rate",
     "lora_rank": "--lora-rank",
     "lora_targets": "--lora-targets",
     "dtype": "--dtype",
     "kl_penalty_coef": "--kl-coef",
 }
-"""`rlide train`'s option for each hyperparameter a run keeps (`training.backends.base.IDENTITY`)."""
+"""`rlide train`'s option for each value a run keeps (`training.backends.base.IDENTITY`; the backend
+has none: it comes from RLIDE_TRAINING_BACKEND)."""
 
 
-def _settings_refusal(exc: Any, base_model_flag: bool) -> str:
-    """One line for a `RunSettingsChanged`: what the run keeps, where the other value came from, and
-    the two ways on (the run's own value, or a new run)."""
+def _run_identity(settings: Settings, run: str, asked: dict[str, Any]) -> dict[str, Any]:
+    """What run `run` is trained, served or evaluated with: each value a run keeps is the run's own
+    (from the episode log, else the `run.json` in its folder), unless `asked` (options given on the
+    command line) names another, which the worker then refuses; for a run not started yet, `asked`
+    over the settings. Where the settings now name another backend or base model, a note on stderr
+    says the run keeps its own, and where it was found."""
+    from episodes.db import StoreError
+    from episodes.store import EpisodeStore
+    from training.backends.base import IDENTITY, BackendConfig
+    from training.worker.config import RUN_FILE, read_run_file
+
+    try:
+        store = EpisodeStore.open(settings.episode_db_url)
+    except StoreError as exc:
+        raise fail(str(exc)) from exc
+    try:
+        started, where = store.runs.identity(run), f"the episode log {settings.episode_db_url}"
+    finally:
+        store.close()
+    if started is None:
+        model_dir = BackendConfig(path=settings.home / "art", run=run).model_dir()
+        started, where = read_run_file(model_dir), str(model_dir / RUN_FILE)
+    kept = {key: value for key, value in (started or {}).items() if key in IDENTITY}
+    defaults = {"backend": settings.training_backend, "base_model": settings.training_base_model}
+    for key, variable in SETTING_SOURCES.items():
+        if key in kept and kept[key] != defaults[key] and key not in asked:
+            typer.echo(
+                f"note: run {run!r} keeps the {key.replace('_', ' ')} it was started with, {kept[key]!r}"
+                f" (recorded in {where}; {variable} now says {defaults[key]!r}; --run NEW for a run on that)",
+                err=True,
+            )
+    return {**defaults, **kept, **asked}
+
+
+def _backend_config(settings: Settings, run: str) -> Any:
+    """The backend of run `run` as it was started, or, for a run not started yet, of the settings."""
+    from training.backends.base import BackendConfig
+
+    return BackendConfig(path=settings.home / "art", run=run, **_run_identity(settings, run, {}))
+
+
+def _settings_refusal(exc: Any) -> str:
+    """One line for a `RunSettingsChanged`: what the run keeps, which option asked for another value,
+    and the two ways on (the run's own value, or a new run)."""
 
     def shown(value: Any) -> str:
         return "the default" if value is None else repr(value)
 
     kept, back = [], []
     for key, (old, new) in exc.changed.items():
-        if key in SETTING_SOURCES and not (key == "base_model" and base_model_flag):
-            source = SETTING_SOURCES[key]
-            back.append(f"set {source}={old}")
+        source = IDENTITY_OPTIONS.get(key) or SETTING_SOURCES.get(key, key)
+        if key in IDENTITY_OPTIONS:
+            back.append(f"leave {source} out")
         else:
-            source = "--base-model" if key == "base_model" else IDENTITY_OPTIONS.get(key, key)
-            back.append(f"leave {source} out" if old is None else f"pass {source} {old}")
+            back.append(f"set {source}={old}")
         kept.append(f"its {key.replace('_', ' ')} {shown(old)} ({source} asks for {shown(new)})")
     return (
         f"training run {exc.run!r} keeps {' and '.join(kept)}: to resume it, {' and '.join(back)};"
         f" to train on the new settings, start a new run: --run {exc.new_run}"
     )
+
+
+def _base_model_source(settings: Settings, asked: dict[str, Any], kept: str) -> str:
+    """Where a run's base model came from, in the words a person can act on."""
+    if "base_model" in asked:
+        return "--base-model"
+    if kept != settings.training_base_model:
+        return "the run's own record (it was started with it)"
+    return "RLIDE_TRAINING_BASE_MODEL (or its default; --base-model overrides it for a new run)"
 
 
 @contextlib.contextmanager
@@ -167,7 +189,13 @@ def train(
     sft_min_reward: Annotated[
         float, typer.Option(help="Imitate (SFT) ended external episodes whose reward total reaches this.")
     ] = 0.5,
-    sft_batch: Annotated[int, typer.Option(min=0, help="Most external episodes per SFT step; 0 turns SFT off.")] = 8,
+    sft_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Most external episodes per SFT step; 0 turns SFT off (default 8; 2 for a pretrained model on cpu).",
+        ),
+    ] = None,
     sft_view: Annotated[
         SftViewChoice,
         typer.Option(
@@ -199,23 +227,31 @@ def train(
     learning_rate: Annotated[
         float | None, typer.Option(min=0.0, help="Per-step learning rate (cpu default: 1e-4; tiny-qwen2 2e-2).")
     ] = None,
-    lora_rank: Annotated[int, typer.Option(min=1, help="LoRA rank (alpha = 2 x rank).")] = 8,
+    lora_rank: Annotated[int | None, typer.Option(min=1, help="LoRA rank (alpha = 2 x rank; default 8).")] = None,
     lora_targets: Annotated[
-        str, typer.Option(help="Modules LoRA adapts: all-linear or comma-separated names (q_proj,v_proj).")
-    ] = "all-linear",
-    dtype: Annotated[str, typer.Option(help="cpu weights: auto, float32 or bfloat16.")] = "auto",
+        str | None,
+        typer.Option(help="Modules LoRA adapts: all-linear (default) or comma-separated names (q_proj,v_proj)."),
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="cpu weights: auto (default), float32 or bfloat16.")] = None,
     max_seq_len: Annotated[
         int | None, typer.Option(min=16, help="Longest trained sequence (default: the model's context, at most 4096).")
     ] = None,
-    group_size: Annotated[int, typer.Option(min=2, help="Rollouts per scenario (GRPO group size).")] = 8,
-    groups_per_step: Annotated[int, typer.Option(min=0, help="Self-play groups sampled per step.")] = 4,
+    group_size: Annotated[
+        int | None,
+        typer.Option(min=2, help="Rollouts per scenario (GRPO group size; default 8, 4 for a pretrained model on cpu)"),
+    ] = None,
+    groups_per_step: Annotated[
+        int | None,
+        typer.Option(min=0, help="Self-play groups sampled per step (default 4, 2 for a pretrained model on cpu)."),
+    ] = None,
     max_tokens: Annotated[
         int | None, typer.Option(min=1, help="Longest rollout completion (default: 12 tiny-qwen2, 384 otherwise).")
     ] = None,
     temperature: Annotated[float, typer.Option(min=0.0, help="Rollout sampling temperature.")] = 1.0,
     kl_coef: Annotated[
-        float, typer.Option(min=0.0, help="KL pull towards the base model per trained token, GRPO and SFT (0: none).")
-    ] = 0.0,
+        float | None,
+        typer.Option(min=0.0, help="KL pull towards the base model per trained token, GRPO and SFT (default 0: none)."),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -226,9 +262,11 @@ def train(
 ) -> None:
     """Run the training worker: `rlide train --once`, `rlide train --daemon`, or `rlide train status`.
 
-    Prints the worker's report as JSON on stdout when it stops; logs, progress and notices go to stderr.
-    A run keeps the backend, base model and hyperparameters it was started with: resuming it with others
-    is refused before anything loads."""
+    Prints the worker's report as JSON on stdout when it stops; progress (rollouts sampled, tokens/s,
+    optimizer steps, loss; at least every few seconds), logs and notices go to stderr. Ctrl-C stops at
+    once (in --daemon: after the current step; twice: at once), says what it interrupted and what was
+    kept, and exits 130. A run keeps the backend, base model and hyperparameters it was started with:
+    options left out resume with the run's own; options naming others are refused before anything loads."""
     if ctx.invoked_subcommand is not None:
         return
     if once == daemon:
@@ -259,17 +297,21 @@ def train(
             raise fail(
                 f"--scenarios {scenarios} runs the student's code in the sandbox, which is unavailable: {exc}"
             ) from exc
+    given = {
+        "base_model": base_model,
+        "learning_rate": learning_rate,
+        "lora_rank": lora_rank,
+        "lora_targets": lora_targets,
+        "dtype": dtype,
+        "kl_penalty_coef": kl_coef,
+    }
+    # Left out: the run's own value, or for a new run the default (BackendConfig's).
+    asked = {key: value for key, value in given.items() if value is not None}
     config = WorkerConfig.for_home(
         settings.home,
         settings.episode_db_url,
-        backend=settings.training_backend,
-        base_model=base_model or settings.training_base_model,
-        learning_rate=learning_rate,
-        lora_rank=lora_rank,
-        lora_targets=lora_targets,
-        dtype=dtype,
+        **_run_identity(settings, run, asked),
         max_seq_len=max_seq_len,
-        kl_penalty_coef=kl_coef,
         group_size=group_size,
         groups_per_step=groups_per_step,
         max_tokens=max_tokens,
@@ -285,17 +327,38 @@ def train(
         dpo_batch=dpo_batch,
         include_unverified=settings.train_unverified if include_unverified is None else include_unverified,
     )
+    from training.worker.outcome import WorkerInterrupted
+
     try:
         with _stdout_to_stderr():
-            report = run_worker(config, once=once, daemon=daemon, runner=runner, workspace_runner=runner)
+            report = run_worker(
+                config, once=once, daemon=daemon, runner=runner, workspace_runner=runner, on_progress=_say
+            )
+    except WorkerInterrupted as exc:
+        _say(exc.report.message)
+        typer.echo(json.dumps(_report_dict(exc.report), indent=2, default=str))
+        raise typer.Exit(code=130) from None
     except RunSettingsChanged as exc:
-        raise fail(_settings_refusal(exc, base_model_flag=base_model is not None)) from exc
+        raise fail(_settings_refusal(exc)) from exc
     except (WorkerError, BackendError) as exc:
-        raise fail(str(exc)) from exc
+        message = str(exc)
+        if message.startswith("base model "):
+            source = _base_model_source(settings, asked, str(config.backend.base_model))
+            message += f" (the base model came from {source})"
+        raise fail(message) from exc
     finally:
         if runner is not None:
             runner.close()
+    for line in report.set_aside:
+        _say(f"set aside: {line}")
+    if report.nothing_trained:
+        _say(report.nothing_trained)
     typer.echo(json.dumps(_report_dict(report), indent=2, default=str))
+
+
+def _say(line: str) -> None:
+    """A progress line for the person at the terminal (stderr: stdout carries the JSON report)."""
+    typer.echo(f"rlide train: {line}", err=True)
 
 
 def _report_dict(report: Any) -> dict[str, Any]:
@@ -316,7 +379,10 @@ def train_status(
         ),
     ] = False,
 ) -> None:
-    """Step, recent rewards, groups trained or skipped, and where the reward chart is.
+    """Step, recent rewards, groups trained or skipped, what a live worker is doing, and where the charts are.
+
+    A run the log calls `training` whose worker is gone (Ctrl-C'd before this version, killed, crashed)
+    shows as `stopped (process N gone)`.
 
     Before any run exists it says how to start one and exits 0 (with --json: {"run": null, "message": ...});
     a --run that does not exist is an error (exit 1)."""
@@ -347,6 +413,15 @@ def train_status(
         typer.echo("  started with " + ", ".join(f"{k} {v}" for k, v in kept.items()))
     if status.message:
         typer.echo(f"  {status.message}")
+    if status.worker_alive and status.progress is not None:
+        p = status.progress
+        rate = "-" if p.tokens_per_s is None else f"{p.tokens_per_s:.1f}"
+        typer.echo(
+            f"  worker pid {p.pid}: {p.phase} for {p.phase_seconds:.0f}s; rollouts {p.rollouts_sampled}/"
+            f"{p.rollouts_total} sampled, {rate} tok/s, replays {p.replays_run}, optimizer steps"
+            f" {p.optimizer_steps}, last loss {'-' if p.last_loss is None else f'{p.last_loss:.4f}'}"
+        )
+        typer.echo(f"  latest: {visible(p.line)}")
     typer.echo(
         f"  groups trained {status.groups_trained}, skipped: {status.groups_skipped_zero_variance} zero-variance,"
         f" {status.groups_skipped_stale} stale"
@@ -372,6 +447,8 @@ def train_status(
         typer.echo(f"  step {point.step:>4}  {point.algorithm:<4}  reward {mean}  {what}")
     if chart.exists():
         typer.echo(f"  chart: {chart}")
+    if status.tensorboard:
+        typer.echo(f"  charts over steps: {status.tensorboard}")
 
 
 @policy_app.command("serve")
@@ -430,8 +507,10 @@ def evaluate(
     tasks: Annotated[
         str,
         typer.Option(
-            help="humaneval (built-in) or the path of a JSONL file in HumanEval's format: one object a line"
-            " with task_id, prompt, test, entry_point, canonical_solution."
+            help="humaneval (built-in), or the path of a JSONL file: HumanEval tasks (task_id, prompt, test,"
+            " entry_point, optionally canonical_solution) or bug instances in SWE-bench's format (instance_id,"
+            " repo, base_commit, patch, FAIL_TO_PASS, PASS_TO_PASS, problem_statement, repo_archive, bug_patch;"
+            " docs/bug-tasks.md), told apart by their keys."
         ),
     ] = "humaneval",
     split: Annotated[str | None, typer.Option(help="Of the built-in set: heldout (the default) or train.")] = None,
@@ -453,7 +532,7 @@ def evaluate(
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
 ) -> None:
-    """pass@k of the current checkpoint on tasks it never trained on, its programs run in the sandbox. Prints JSON."""
+    """pass@k (or fix rate) of the current checkpoint on tasks it never trained on, run in the sandbox. Prints JSON."""
     if split not in (None, "heldout", "train"):
         raise fail("--split is heldout or train")
     settings = cli_settings()
@@ -463,6 +542,7 @@ def evaluate(
     quiet_libraries()
     from envpool.sandbox import SandboxError
     from training.backends.base import BackendError
+    from training.scenarios.bug_tasks.judge import SandboxRuns
     from training.scenarios.errors import VerifierUnavailable
     from training.scenarios.eval import EvalRefused, eval_current_policy, select_tasks
     from training.scenarios.sandbox_runner import SandboxRunner
@@ -482,6 +562,12 @@ def evaluate(
         runner = SandboxRunner(settings.sandbox)
     except SandboxError as exc:
         raise fail(str(exc)) from exc
+    runs_for = SandboxRuns(settings.sandbox) if chosen.bugs else None
+    from training.worker.progress import Progress
+
+    # Per-task counts need a hook in `evaluate`; until then a heartbeat says it is still going.
+    progress = Progress(None, sink=lambda line: typer.echo(f"rlide eval: {line}", err=True))
+    progress.begin("evaluating", f"{chosen.name}, {samples} sample(s) a task, run {run!r}")
     try:
         with _stdout_to_stderr():
             report = eval_current_policy(
@@ -493,11 +579,15 @@ def evaluate(
                 max_tokens=max_tokens,
                 committed=lambda: _committed_step(settings, run),
                 upstream=upstream,
+                runs_for=runs_for,
             )
-    except BackendError as exc:
+    except (BackendError, SandboxError) as exc:
         raise fail(str(exc)) from exc
     finally:
+        progress.close()
         runner.close()
+        if runs_for is not None:
+            runs_for.close()
     if report.checkpoint_step is not None:  # beside the run's training curves (training/worker/metrics.py)
         from training.worker.metrics import StepMetrics
 

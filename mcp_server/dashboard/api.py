@@ -356,8 +356,14 @@ class DashboardApi:
     # -- training and index --------------------------------------------------------------------------
 
     def training(self, call: Call) -> dict[str, Any]:
+        from training.worker.status import honest_state
+
+        runs = []
+        for run in self.store.runs.list_runs():
+            state, message, _ = honest_state(run)  # a killed worker's run is not listed as training
+            runs.append(run.model_copy(update={"state": state, "message": message}).model_dump(mode="json"))
         return {
-            "runs": [r.model_dump(mode="json") for r in self.store.runs.list_runs()],
+            "runs": runs,
             "evals": [_eval(e) for e in self.store.runs.evals()],
         }
 

@@ -18,7 +18,9 @@ async def training_status(
     ctx: Context[Any, Any],
     run: Annotated[str | None, Field(max_length=200, description="Run name; omit for the latest run.")] = None,
 ) -> TrainingStatus:
-    """Report the training worker's state: current step, recent rewards, groups trained or skipped."""
+    """Report the training worker's state: current step, recent rewards, groups trained or skipped, and
+    while a worker runs, what it is doing (rollouts sampled, tokens/s, optimizer steps, loss). A run
+    whose worker process is gone reads `stopped (process N gone)`, never `training`."""
     state = app_state(ctx)
     try:
         return await state.recorder.run(read_status, state.store, run)

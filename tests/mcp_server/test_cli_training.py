@@ -47,29 +47,31 @@ def busy_port() -> Iterator[int]:
         yield int(other.getsockname()[1])
 
 
-def test_a_run_resumed_on_another_base_model_is_refused_in_one_line(
-    monkeypatch: pytest.MonkeyPatch, busy_port: int
-) -> None:
-    """RLIDE_TRAINING_BASE_MODEL changed under an existing run: `rlide train` says in one line that the
-    run keeps its base model and both ways on, before anything loads; `eval` and `policy serve` use the
-    run's own base model and say so on stderr."""
+def test_a_run_resumed_with_another_base_model_option_is_refused_in_one_line(busy_port: int) -> None:
+    """Options that ask an existing run for another base model or hyperparameter: `rlide train` says in
+    one line that the run keeps its own, which options asked, and both ways on, before anything loads.
+    RLIDE_TRAINING_BASE_MODEL changed under the run is no refusal: `train` (tests/training/worker/
+    test_watch_and_trust.py), `eval` and `policy serve` use the run's own base model and say so on stderr."""
     config = _started_run()
-    monkeypatch.setenv("RLIDE_TRAINING_BASE_MODEL", "smollm2-135m-instruct")
     for mode in ("--once", "--daemon"):
-        refused = runner.invoke(app, ["train", mode, "--json"])
+        refused = runner.invoke(app, ["train", mode, "--json", "--base-model", "smollm2-135m-instruct"])
         assert refused.exit_code == 1 and isinstance(refused.exception, SystemExit), refused.output
         assert refused.stdout == ""
         [line] = refused.stderr.splitlines()
         assert line.startswith("error: training run 'default' keeps its base model 'tiny-qwen2'"), line
-        assert "(RLIDE_TRAINING_BASE_MODEL asks for 'smollm2-135m-instruct')" in line
-        assert "set RLIDE_TRAINING_BASE_MODEL=tiny-qwen2" in line and line.endswith("--run default-2")
+        assert "(--base-model asks for 'smollm2-135m-instruct')" in line
+        assert "leave --base-model out" in line and line.endswith("--run default-2")
     flagged = runner.invoke(app, ["train", "--once", "--base-model", "smollm2-135m-instruct", "--lora-rank", "4"])
     [line] = flagged.stderr.splitlines()
     assert "its base model 'tiny-qwen2' (--base-model asks for 'smollm2-135m-instruct')" in line
     assert "its lora rank 8 (--lora-rank asks for 4)" in line
-    assert "pass --base-model tiny-qwen2 and pass --lora-rank 8" in line
+    assert "leave --base-model out and leave --lora-rank out" in line
     assert not (config.model_dir() / "base").exists()  # refused before the model loaded
 
+
+def test_eval_and_serve_use_the_runs_own_base_model(monkeypatch: pytest.MonkeyPatch, busy_port: int) -> None:
+    _started_run()
+    monkeypatch.setenv("RLIDE_TRAINING_BASE_MODEL", "smollm2-135m-instruct")
     note = "note: run 'default' keeps the base model it was started with, 'tiny-qwen2'"
     evaluated = runner.invoke(app, ["eval", "--tasks", "missing.jsonl"])
     assert evaluated.exit_code == 1 and note in evaluated.stderr and evaluated.stdout == ""
@@ -97,6 +99,7 @@ def test_a_failed_start_leaves_the_run_that_trained_as_the_latest() -> None:
     _started_run()
     failed = runner.invoke(app, ["train", "--once", "--run", "bad", "--base-model", "does-not/exist"])
     assert failed.exit_code == 1 and "base model 'does-not/exist'" in failed.stderr and failed.stdout == ""
+    assert "(the base model came from --base-model)" in failed.stderr  # the setting to change, by name
     shown = runner.invoke(app, ["train", "status", "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["run"] == "default"
     store = EpisodeStore.open(load_settings().episode_db_url)

@@ -176,14 +176,6 @@ def sft_example(
     return _sft(conv, view, fit)
 
 
-def sft_record(
-    store: EpisodeStore, episode: Episode, view: SftView = "trace", fit: StudentFit | None = None
-) -> dict[str, Any] | None:
-    """`sft_example`'s record, or None when it has none."""
-    example = sft_example(store, episode, view, fit)
-    return None if isinstance(example, Unusable) else example
-
-
 def sft_selection(
     store: EpisodeStore, min_reward: float | None = None, view: SftView = "trace", fit: StudentFit | None = None
 ) -> Selection[dict[str, Any]]:

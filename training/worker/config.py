@@ -1,17 +1,55 @@
 """`WorkerConfig`: everything `rlide train` needs, one dataclass with a docstring per field.
 
 The worker saves it with its run (`TrainingRuns.ensure_run`), so every checkpoint has its
-hyperparameters.
+hyperparameters, and writes what the run keeps for life (`BackendConfig.identity`: backend, base
+model, ...) into the run's folder as `run.json`, so the folder alone says what it was started from.
+
+`for_home` (what `rlide train` builds) sizes a first try to the machine: on the cpu backends a
+pretrained model samples fewer, shorter-lived groups and imitates fewer episodes per step
+(`CPU_FIRST_TRY`), so `rlide train --once` on 2 cores ends in minutes, not tens of minutes.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from training.backends.base import BackendConfig
 from training.data.export import SftView
+
+RUN_FILE = "run.json"
+CPU_BACKENDS = ("cpu", "art-cpu")
+TINY_MODEL = "tiny-qwen2"
+CPU_FIRST_TRY: dict[str, int] = {"group_size": 4, "groups_per_step": 2, "sft_batch": 2}
+"""Defaults for a pretrained model on a cpu backend, measured on 2 cores (docs/training.md): 8 rollouts
+of a 0.5B model take 1-3 minutes, an SFT step on 2 episodes of a few thousand tokens about as long.
+The dataclass defaults (8 x 4 rollouts, 8 episodes) fit a GPU, and the tiny model anywhere."""
+
+
+def first_try_defaults(backend: str, base_model: str) -> dict[str, int]:
+    """The defaults `for_home` fills in for what the caller did not set."""
+    if backend in CPU_BACKENDS and base_model != TINY_MODEL:
+        return dict(CPU_FIRST_TRY)
+    return {}
+
+
+def write_run_file(model_dir: Path, identity: dict[str, Any]) -> None:
+    """Record in the run's folder what it keeps for life (written at every start: it never changes)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    tmp = model_dir / f".{RUN_FILE}.tmp"
+    tmp.write_text(json.dumps(identity, indent=2, default=str) + "\n")
+    tmp.replace(model_dir / RUN_FILE)
+
+
+def read_run_file(model_dir: Path) -> dict[str, Any] | None:
+    """What the run in `model_dir` was started with, or None (no run there, or an unreadable file)."""
+    try:
+        data = json.loads((model_dir / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass
@@ -88,6 +126,9 @@ class WorkerConfig:
         backend_fields = {
             k: overrides.pop(k) for k in list(overrides) if k in BackendConfig.__dataclass_fields__ and k != "run"
         }
+        sized = first_try_defaults(backend, str(backend_fields.get("base_model", TINY_MODEL)))
+        # None for a sized field means "not set": the machine's default, else the dataclass's.
+        overrides = {**sized, **{k: v for k, v in overrides.items() if not (v is None and k in CPU_FIRST_TRY)}}
         return cls(
             database_url=database_url,
             backend=BackendConfig(backend=backend, path=home / "art", **backend_fields),
@@ -99,7 +140,20 @@ class WorkerConfig:
     def rollout_max_tokens(self) -> int:
         if self.max_tokens is not None:
             return self.max_tokens
-        return 12 if self.backend.base_model == "tiny-qwen2" else 384
+        return 12 if self.backend.base_model == TINY_MODEL else 384
+
+    def plan(self) -> str:
+        """What each step of this configuration does, so the person watching knows what to expect."""
+        sampling = (
+            f"self-play: {self.groups_per_step} groups x {self.group_size} rollouts of up to"
+            f" {self.rollout_max_tokens} tokens ({self.scenarios}), then one optimizer step"
+            if self.scenarios and self.groups_per_step
+            else "no self-play"
+        )
+        return (
+            f"{self.backend.base_model} on the {self.backend.backend} backend; each step: SFT on up to"
+            f" {self.sft_batch} waiting external episodes if any, else {sampling}; the first rollouts give an ETA"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -31,9 +31,14 @@ run has not used make one preference step on a backend that `SupportsDPO`, commi
 pairs in one transaction (table `training_dpo_pairs`, the run's DPO cursor).
 
 One worker per run and store: an exclusive `flock` on `{lock_dir}/worker-{run}.lock`
-(`training.worker.run_lock`). Backend errors back off exponentially (`backoff_initial_s` ..
-`backoff_max_s`) and give up after `max_backend_failures` in a row; `no_signal_patience` batches in
-a row without a trainable group stop the worker with a message saying why.
+(`training.worker.run_lock`); a status reader that finds it free knows the worker is gone, whatever
+state the log last recorded. Ctrl-C in `--once` (a second one in `--daemon`) rolls the step in
+progress back, records the run as stopped with what was interrupted and what was kept, and raises
+`WorkerInterrupted`. Progress (rollouts sampled, tokens/s, replays, optimizer steps, loss) goes to
+`training.worker.progress`; what was left untrained and why to `training.worker.set_aside`.
+Backend errors back off exponentially (`backoff_initial_s` .. `backoff_max_s`) and give up after
+`max_backend_failures` in a row; `no_signal_patience` batches in a row without a trainable group
+stop the worker with a message saying why.
 
 What the worker is given is `training.worker.config`; how it ends (its report and stop reason, or
 an error) is `training.worker.outcome`.
@@ -46,6 +51,8 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -61,9 +68,11 @@ from training.backends.base import (
     SupportsDPO,
     SupportsSFT,
     TrainingBackend,
+    TrainResult,
     make_backend,
 )
-from training.data.export import dpo_pairs, sft_record
+from training.data.export import dpo_pairs, sft_example
+from training.data.fit import FitError, StudentFit, Unusable, student_fit
 from training.data.groups import Group, filter_groups, groups_from_log
 from training.data.judge import JudgeConfig, judge_group
 from training.scenarios.base import (
@@ -76,10 +85,12 @@ from training.scenarios.base import (
     parse_scenario_sets,
 )
 from training.scenarios.rollout import next_attempt, rollout_groups
-from training.worker.config import WorkerConfig
-from training.worker.metrics import StepMetrics
-from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerReport
-from training.worker.run_lock import RunLock
+from training.worker.config import WorkerConfig, write_run_file
+from training.worker.metrics import TENSORBOARD_FOLDER, StepMetrics
+from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerInterrupted, WorkerReport
+from training.worker.progress import Progress, ProgressSampler
+from training.worker.run_lock import RunLock, lock_path
+from training.worker.set_aside import SetAside
 
 log = structlog.get_logger(__name__)
 
@@ -101,10 +112,16 @@ class Worker:
         runner: ProgramRunner | None = None,
         workspace_runner: WorkspaceRunner | None = None,
         stop: threading.Event | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         """`scenarios`: an explicit pool that replaces `config.scenarios`. `runner` scores humaneval
-        scenarios, `workspace_runner` re-runs test commands (`SandboxRunner` is both)."""
+        scenarios, `workspace_runner` re-runs test commands (`SandboxRunner` is both). `on_progress`
+        takes each progress line (default: structlog)."""
         self.config = config
+        self._on_progress = on_progress
+        self.progress: Progress | None = None
+        self._aside = SetAside()
+        self._fit: StudentFit | None | bool = False  # False: not looked up yet
         self.stop = stop or threading.Event()
         self.runner = runner
         self.workspace_runner = workspace_runner
@@ -155,6 +172,7 @@ class Worker:
             self._check_identity(store, store.runs.identity(cfg.run), identity)
             raise WorkerError(str(exc)) from exc
         self._created = started is None
+        write_run_file(cfg.backend.model_dir(), identity)
         if ckpt_step > run.step:
             log.warning("worker_rollback", run=cfg.run, checkpoint_step=ckpt_step, committed_step=run.step)
             backend.rollback(run.step)
@@ -179,16 +197,19 @@ class Worker:
             free = next(f"{run}-{i}" for i in range(2, 10_000) if store.runs.identity(f"{run}-{i}") is None)
             raise RunSettingsChanged(run, changed, free)
 
-    def _discard_if_unused(self) -> None:
+    def _discard_if_unused(self) -> bool:
         """A run this worker created that failed before it recorded anything is removed, so that a
-        failed start never shows as the latest run (`rlide train status`, MCP `training_status`)."""
+        failed start never shows as the latest run (`rlide train status`, MCP `training_status`).
+        True if it was removed."""
         if self.store is None or not self._created:
-            return
+            return False
         try:
             if self.store.runs.discard_unused(self.config.run):
                 log.info("training_run_discarded", run=self.config.run, reason="failed before training a step")
+                return True
         except StoreError as exc:  # the failure being reported matters more than this clean-up
             log.warning("training_run_discard_failed", run=self.config.run, error=str(exc))
+        return False
 
     def _scenario_pool(self) -> list[Scenario]:
         """This step's pool: the explicit list, or the built-in sets (read once) plus the log's
@@ -205,6 +226,21 @@ class Worker:
                 pool = pool + self._log_scenarios.refresh(self.store)
         return [s for s in pool if s.id not in self._unavailable]
 
+    @property
+    def fit(self) -> StudentFit | None:
+        """The student's context, by its own tokenizer and chat template: episodes longer than it
+        are condensed to fit (`training.data.condense`) rather than dropped by the trainer. None
+        when the model's tokenizer cannot be read that way (the built-in tiny model): the trainer's
+        own length check then stands alone."""
+        if self._fit is False:
+            cfg = self.config.backend
+            try:
+                self._fit = student_fit(cfg.base_model, cfg.max_seq_len)
+            except FitError as exc:
+                log.info("student_fit_unavailable", base_model=cfg.base_model, reason=str(exc))
+                self._fit = None
+        return self._fit if isinstance(self._fit, StudentFit) else None
+
     # -- one step ---------------------------------------------------------------------------------
 
     def gather(self, step: int, report: WorkerReport | None = None) -> list[Group]:
@@ -212,12 +248,18 @@ class Worker:
         `report` and in the run's status."""
         assert self.store is not None and self.backend is not None
         cfg = self.config
-        groups = groups_from_log(self.store, run=cfg.run, group_size=cfg.group_size, model=cfg.backend.run_model_name)
+        groups = groups_from_log(
+            self.store, run=cfg.run, group_size=cfg.group_size, model=cfg.backend.run_model_name, fit=self.fit
+        )
         pool = self._scenario_pool()
         if pool and cfg.groups_per_step > 0:
             attempt = next_attempt(self.store.runs.consumed_groups(cfg.run), cfg.run, step)
+            sampler: TrainingBackend = self.backend
+            if self.progress is not None:
+                self.progress.plan_rollouts(min(len(pool), cfg.groups_per_step) * cfg.group_size, step)
+                sampler = ProgressSampler(self.backend, self.progress)
             rollouts = rollout_groups(
-                self.backend,
+                sampler,
                 pool,
                 run=cfg.run,
                 step=step,
@@ -231,29 +273,50 @@ class Worker:
                 workspace_runner=self.workspace_runner,
             )
             groups += rollouts.groups
+            replays = {s.id for s in pool if s.verifier.kind == "command"}
+            replayed = sum(1 for g in rollouts.groups if g.metadata.get("scenario") in replays)
+            if self.progress is not None:
+                self.progress.replays(replayed)
             if rollouts.unavailable:
                 self._unavailable.update(rollouts.unavailable)
                 scenario_id, why = list(rollouts.unavailable.items())[-1]
                 reason = f"{scenario_id}: {why}"
                 self.store.runs.add_unavailable_scenarios(cfg.run, len(rollouts.unavailable), reason)
+                self._aside.scenarios_unavailable += len(rollouts.unavailable)
+                self._aside.scenario_reason = reason
                 if report is not None:
                     report.scenarios_unavailable += len(rollouts.unavailable)
                     report.scenario_unavailable_reason = reason
             if report is not None:
                 report.rollouts += sum(len(g.trajectories) for g in rollouts.groups)
+                report.replays += replayed
         return groups
 
     def run(self, *, once: bool = False) -> WorkerReport:
         cfg = self.config
-        lock = RunLock((cfg.lock_dir or cfg.backend.model_dir()) / f"worker-{cfg.run}.lock")
+        lock = RunLock(lock_path(cfg.lock_dir or cfg.backend.model_dir(), cfg.run))
         lock.acquire()
+        self.progress = Progress(cfg.backend.model_dir(), sink=self._on_progress)
         try:
-            self.store, self.backend, step = self._open()
+            # Quiet until the run is known: a refused start says one line, its reason.
+            self.progress.begin("starting", f"loading {cfg.backend.base_model}", quiet=True)
+            try:
+                self.store, self.backend, step = self._open()
+            except KeyboardInterrupt:
+                report = WorkerReport(run=cfg.run, start_step=0, step=0, stop_reason=StopReason.interrupted)
+                report.message = "interrupted by Ctrl-C while starting: nothing was trained, nothing changed"
+                raise WorkerInterrupted(report) from None
             report = WorkerReport(run=cfg.run, start_step=step, step=step)
+            board = cfg.backend.model_dir() / TENSORBOARD_FOLDER
+            self.progress.say(f"run {cfg.run!r} at step {step}: {cfg.plan()}")
+            self.progress.say(f"charts: tensorboard --logdir {board}")
             try:
                 self._loop(report, once=once)
                 if report.stop_reason is StopReason.backend_failed:
                     self._discard_if_unused()
+            except KeyboardInterrupt:
+                self._interrupted(report)
+                raise WorkerInterrupted(report) from None
             except BaseException:
                 self._discard_if_unused()
                 raise
@@ -263,7 +326,25 @@ class Worker:
                 self._metrics.close()
             return report
         finally:
+            self.progress.close()
             lock.release()
+
+    def _interrupted(self, report: WorkerReport) -> None:
+        """Ctrl-C: forget the step in progress, record what was interrupted and what was kept."""
+        assert self.store is not None and self.backend is not None and self.progress is not None
+        cfg = self.config
+        doing = self.progress.phase
+        self.backend.rollback(report.step)
+        report.stop_reason = StopReason.interrupted
+        if self._discard_if_unused():
+            report.message = f"interrupted by Ctrl-C while {doing} for step 1: nothing was kept (the run was new)"
+            return
+        kept = (
+            f"kept: {report.steps_trained} step(s) trained by this command; the run is at step {report.step}"
+            f" (its checkpoint under {cfg.backend.model_dir()})"
+        )
+        report.message = f"interrupted by Ctrl-C while {doing} for step {report.step + 1}, which was not kept; {kept}"
+        self.store.runs.set_run_state(cfg.run, RunState.stopped, report.message)
 
     def _loop(self, report: WorkerReport, *, once: bool) -> None:
         assert self.store is not None and self.backend is not None
@@ -322,17 +403,41 @@ class Worker:
                     return
             if once:
                 report.stop_reason = StopReason.once
-                self.store.runs.set_run_state(cfg.run, RunState.idle, f"one pass done at step {report.step}")
+                report.set_aside = self._aside.lines()
+                message = f"one pass done at step {report.step}"
+                if not report.steps_trained:
+                    self._aside.dpo_waiting_off = self._dpo_pairs_waiting_while_off()
+                    report.set_aside = self._aside.lines()
+                    report.nothing_trained = message = self._aside.nothing_trained(scenarios=cfg.scenarios)
+                self.store.runs.set_run_state(cfg.run, RunState.idle, message)
                 return
             if trained is None:  # nothing to do at all: wait for episodes
                 self.store.runs.set_run_state(cfg.run, RunState.idle, "waiting for ready groups")
+                assert self.progress is not None
+                self.progress.begin("waiting", f"for ready groups or episodes; next look in {cfg.poll_interval_s:g}s")
                 self.stop.wait(cfg.poll_interval_s)
             else:
                 self.store.runs.set_run_state(cfg.run, RunState.training, None)
 
+    def _dpo_pairs_waiting_while_off(self) -> int:
+        """Preference pairs in the log a run with DPO off leaves untrained (0 when DPO is on)."""
+        assert self.store is not None
+        return 0 if self.config.dpo_batch > 0 else len(dpo_pairs(self.store, fit=self.fit))
+
+    def _train_timed(self, algorithm: str, step: int, what: str, train: Callable[[], TrainResult]) -> TrainResult:
+        """`train()` as one optimizer step the person watching sees begin, go on, and end."""
+        assert self.progress is not None
+        self.progress.begin("optimizer step", f"{algorithm} step {step + 1} on {what}")
+        started = time.perf_counter()
+        result = train()
+        self.progress.stepped(algorithm, result.step, result, time.perf_counter() - started)
+        return result
+
     def _step(self, report: WorkerReport) -> bool | None:
         """Train one step. True: trained; False: groups but no signal; None: no groups at all."""
         assert self.store is not None and self.backend is not None
+        assert self.progress is not None
+        self.progress.begin("gathering", "waiting episodes, pairs and groups", quiet=True)
         if self._sft_step(report) or self._dpo_step(report):
             return True
         cfg = self.config
@@ -344,9 +449,12 @@ class Worker:
         if not groups:
             return None
         sampled_s = time.perf_counter() - started
-        filtered = filter_groups(groups, current_step=report.step, max_staleness=cfg.max_staleness)
+        filtered = filter_groups(groups, current_step=report.step, max_staleness=cfg.max_staleness, fit=self.fit)
         report.groups_skipped_zero_variance += filtered.zero_variance
         report.groups_skipped_stale += filtered.stale
+        self._aside.groups += len(groups)
+        self._aside.zero_variance += filtered.zero_variance
+        self._aside.stale += filtered.stale
         rewards = [t.reward for g in groups for t in g.trajectories]
         reward_mean, reward_std = _mean_std(rewards)
         if not filtered.kept:
@@ -355,7 +463,9 @@ class Worker:
             )
             log.info("training_batch_without_signal", run=cfg.run, step=report.step, groups=len(groups))
             return False
-        result = self.backend.train(filtered.kept)
+        result = self._train_timed(
+            "grpo", report.step, f"{len(filtered.kept)} groups", partial(self.backend.train, filtered.kept)
+        )
         outcomes = dict(filtered.outcomes)
         outcomes.update({g.key: GroupOutcome.trained for g in filtered.kept})
         metrics = dict(result.metrics)
@@ -427,29 +537,30 @@ class Worker:
             trained: list[str] = []
             unusable: dict[str, str] = {}
             for episode in episodes:
-                record = sft_record(self.store, episode, cfg.sft_view)
-                if record is None:
-                    unusable[episode.id] = (
-                        "no final answer to imitate (no summary or diff recorded)"
-                        if cfg.sft_view == "answer"
-                        else "no conversation to imitate (no tool calls or answer recorded)"
-                    )
+                record = sft_example(self.store, episode, cfg.sft_view, self.fit)
+                if isinstance(record, Unusable):
+                    unusable[episode.id] = record.detail
                 else:
                     records.append(record)
                     trained.append(episode.id)
             if not records:  # set them aside and look at the next ones
+                self._aside.sft.add(len(episodes), list(unusable.values()))
                 self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
                 continue
             started = time.perf_counter()
             try:
-                result = self.backend.train_sft(records)
+                result = self._train_timed(
+                    "sft", report.step, f"{len(records)} external episodes", partial(self.backend.train_sft, records)
+                )
             except NoTrainableData as exc:  # e.g. every conversation longer than max_seq_len
                 log.warning("sft_batch_unusable", run=cfg.run, episodes=len(episodes), error=str(exc))
                 self.backend.rollback(report.step)
                 unusable |= {e: exc.skipped.get(i, str(exc)) for i, e in enumerate(trained)}
+                self._aside.sft.add(len(episodes), list(unusable.values()))
                 self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
                 continue
             unusable |= {trained[i]: why for i, why in result.skipped.items()}
+            self._aside.sft.add(len(episodes), list(unusable.values()))
             trained = [e for i, e in enumerate(trained) if i not in result.skipped]
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
@@ -484,22 +595,28 @@ class Worker:
             return False
         used = self.store.runs.dpo_used(cfg.run)
         while True:
-            pairs = [p for p in dpo_pairs(self.store) if (p.chosen, p.rejected) not in used][: cfg.dpo_batch]
+            waiting = dpo_pairs(self.store, fit=self.fit)
+            pairs = [p for p in waiting if (p.chosen, p.rejected) not in used][: cfg.dpo_batch]
             if not pairs:
                 return False
             keys = [(p.chosen, p.rejected) for p in pairs]
             started = time.perf_counter()
             try:
-                result = self.backend.train_dpo([p.record for p in pairs])
+                result = self._train_timed(
+                    "dpo", report.step, f"{len(pairs)} preference pairs",
+                    partial(self.backend.train_dpo, [p.record for p in pairs]),
+                )  # fmt: skip
             except NoTrainableData as exc:
                 log.warning("dpo_batch_unusable", run=cfg.run, pairs=len(pairs), error=str(exc))
                 self.backend.rollback(report.step)
                 unusable = {k: exc.skipped.get(i, str(exc)) for i, k in enumerate(keys)}
+                self._aside.dpo.add(len(pairs), list(unusable.values()))
                 self.store.runs.commit_dpo_step(cfg.run, step=report.step, trained=[], unusable=unusable)
                 used.update(keys)
                 continue
             trained = [k for i, k in enumerate(keys) if i not in result.skipped]
             unusable = {keys[i]: why for i, why in result.skipped.items()}
+            self._aside.dpo.add(len(pairs), list(unusable.values()))
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
                 self.store.runs.commit_dpo_step(
@@ -530,6 +647,7 @@ class Worker:
             f" episodes (reward >= {cfg.sft_min_reward}) are not imitated; GRPO goes on without them"
         )
         self.store.runs.set_sft_skipped(cfg.run, pending, reason)
+        self._aside.sft_waiting_no_backend = reason
         report.sft_skipped, report.sft_skip_reason = pending, reason
         self._sft_skip_recorded = True
         log.info("sft_skipped", run=cfg.run, episodes=pending, backend=self.backend.name)
@@ -545,23 +663,38 @@ def train(
     runner: ProgramRunner | None = None,
     workspace_runner: WorkspaceRunner | None = None,
     stop: threading.Event | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> WorkerReport:
     """Run the worker: `once` for a single step, `daemon` to go on until SIGTERM/SIGINT.
 
     In daemon mode SIGTERM and SIGINT set the stop flag; the step in progress finishes and is
-    committed before the worker exits.
+    committed before the worker exits. A second SIGINT stops at once (`WorkerInterrupted`, the step
+    in progress not kept), as Ctrl-C does in `once` mode.
     """
     if once == daemon:
         raise WorkerError("choose exactly one of --once and --daemon")
     worker = Worker(
-        config, backend=backend, scenarios=scenarios, runner=runner, workspace_runner=workspace_runner, stop=stop
+        config,
+        backend=backend,
+        scenarios=scenarios,
+        runner=runner,
+        workspace_runner=workspace_runner,
+        stop=stop,
+        on_progress=on_progress,
     )
     previous: dict[signal.Signals, Any] = {}
     if daemon and threading.current_thread() is threading.main_thread():
 
         def _on_signal(signum: int, frame: FrameType | None) -> None:
             log.info("training_worker_stopping", signal=signal.Signals(signum).name)
+            if signum == signal.SIGINT and worker.stop.is_set():
+                raise KeyboardInterrupt
             worker.stop.set()
+            if worker.progress is not None:
+                worker.progress.say(
+                    f"{signal.Signals(signum).name}: stopping once the current step is committed (now: "
+                    f"{worker.progress.phase}); Ctrl-C again stops at once and drops that step"
+                )
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _on_signal)

@@ -36,6 +36,8 @@ class StopReason(StrEnum):
     signal = "signal"
     no_signal = "no_signal"
     backend_failed = "backend_failed"
+    interrupted = "interrupted"
+    """Ctrl-C (SIGINT in `--once`, a second one in `--daemon`): the step in progress was not kept."""
 
 
 @dataclass
@@ -68,3 +70,18 @@ class WorkerReport:
     """Picked scenarios skipped because their verifier could not run."""
     scenario_unavailable_reason: str | None = None
     """The latest such skip: which scenario and why."""
+    replays: int = 0
+    """Of the self-play groups, how many re-solved a logged episode from its start state (log scenarios)."""
+    set_aside: list[str] = field(default_factory=list)
+    """One line per cause of data left untrained in this invocation, with what to change."""
+    nothing_trained: str | None = None
+    """When no step trained: one line saying why and what to change."""
+
+
+class WorkerInterrupted(KeyboardInterrupt):
+    """Ctrl-C reached the worker: the run's state and `report.message` say what was interrupted and what
+    was kept. A `KeyboardInterrupt`, so that a caller that does not catch it still stops."""
+
+    def __init__(self, report: WorkerReport) -> None:
+        super().__init__(report.message)
+        self.report = report

@@ -1,19 +1,28 @@
 """Training status for `rlide train status` and the MCP `training_status` tool.
 
-Reads only the episode log (the worker commits its cursor and per-step history there), so it is
-light: no torch, no ART, safe to import in the MCP server process.
+Reads the episode log (the worker commits its cursor and per-step history there) and, on the
+machine the worker runs on, the run's folder: its lock says whether the worker that the log calls
+`training` is still alive (a Ctrl-C'd, killed or crashed worker leaves the log saying so; the
+kernel drops its lock), and its `progress.json` what a live worker is doing. Light: no torch, no
+ART, safe to import in the MCP server process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from episodes.db import StoreError
-from episodes.run_records import RunState
+from episodes.run_records import RunState, TrainingRun
 from episodes.store import EpisodeStore
+from training.backends.base import BackendConfig
+from training.worker.metrics import TENSORBOARD_FOLDER
+from training.worker.progress import WorkerProgress, read_progress
+from training.worker.run_lock import WorkerLiveness, lock_path, worker_alive
 
 RECENT_STEPS = 20
 
@@ -55,6 +64,16 @@ class TrainingStatus(BaseModel):
         0, description="Self-play scenarios skipped because their verifier could not run (repository or commit gone)."
     )
     scenario_unavailable_reason: str | None = Field(None, description="The latest such skip: which scenario and why.")
+    worker_pid: int | None = Field(
+        None, description="The worker process that owns the run now, or last did (None: not known on this machine)."
+    )
+    worker_alive: bool | None = Field(
+        None, description="Whether that process still holds the run's lock (None: cannot be told from here)."
+    )
+    progress: WorkerProgress | None = Field(
+        None, description="What the live worker is doing: rollouts sampled, tokens/s, replays, steps, loss."
+    )
+    tensorboard: str | None = Field(None, description="The command that charts this run's metrics.")
     recent: list[StepReward] = Field(description=f"The last {RECENT_STEPS} steps, oldest first.")
     updated_at: datetime
 
@@ -80,6 +99,9 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         info = runs[0]
     else:
         info = store.runs.get_run(run)
+    state, message, alive = honest_state(info)
+    model_dir, _ = _run_folders(info)
+    board = model_dir / TENSORBOARD_FOLDER if model_dir is not None else None
     steps = store.runs.training_steps(info.name, limit=RECENT_STEPS)
     sft = store.runs.sft_counts(info.name)
     dpo = store.runs.dpo_counts(info.name)
@@ -89,8 +111,8 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         base_model=info.base_model,
         settings=store.runs.identity(info.name) or {},
         step=info.step,
-        state=info.state,
-        message=info.message,
+        state=state,
+        message=message,
         groups_trained=info.groups_trained,
         groups_skipped_zero_variance=info.groups_skipped_zero_variance,
         groups_skipped_stale=info.groups_skipped_stale,
@@ -105,6 +127,10 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         sft_skip_reason=info.sft_skip_reason,
         scenarios_unavailable=info.scenarios_unavailable,
         scenario_unavailable_reason=info.scenario_unavailable_reason,
+        worker_pid=None if alive is None else alive.pid,
+        worker_alive=None if alive is None else alive.alive,
+        progress=read_progress(model_dir) if model_dir is not None and alive is not None and alive.alive else None,
+        tensorboard=f"tensorboard --logdir {board}" if board is not None and board.is_dir() else None,
         recent=[
             StepReward(
                 step=s.step,
@@ -117,3 +143,38 @@ def read_status(store: EpisodeStore, run: str | None = None) -> TrainingStatus:
         ],
         updated_at=info.updated_at,
     )
+
+
+LIVE_STATES = {RunState.training: "training", RunState.backing_off: "backing off"}
+"""States only a live worker can be in."""
+
+
+def honest_state(info: TrainingRun) -> tuple[RunState, str | None, WorkerLiveness | None]:
+    """The run's state and message as a reader should show them: a state only a live worker can be
+    in, whose worker is gone, reads `stopped (process N gone)`. With the liveness (None: the run's
+    lock is not on this machine, so the log's word stands)."""
+    model_dir, lock_dir = _run_folders(info)
+    alive = worker_alive(lock_path(lock_dir, info.name)) if lock_dir is not None else None
+    live = LIVE_STATES.get(info.state)
+    if live is None or alive is None or alive.alive:
+        return info.state, info.message, alive
+    pid = "?" if alive.pid is None else alive.pid
+    said = f"stopped (process {pid} gone): the log last said {live}" + (f": {info.message}" if info.message else "")
+    return RunState.stopped, said, alive
+
+
+def _run_folders(info: TrainingRun) -> tuple[Path | None, Path | None]:
+    """The run's folder and its lock's, from the config its worker saved (None: a run saved without
+    one, or with a backend this version cannot read)."""
+    saved = info.config or {}
+    fields = {f.name for f in dataclasses.fields(BackendConfig)}
+    raw = saved.get("backend")
+    if not isinstance(raw, dict):
+        return None, None
+    try:
+        backend = BackendConfig(**{k: v for k, v in raw.items() if k in fields and k != "path"}, path=Path(raw["path"]))
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    model_dir = backend.model_dir()
+    lock_dir = saved.get("lock_dir")
+    return model_dir, Path(lock_dir).expanduser() if lock_dir else model_dir
