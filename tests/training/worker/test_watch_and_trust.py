@@ -41,11 +41,20 @@ SAMPLING = r"rlide train: sampling: 16 rollouts of up to 256 tokens, 0/64 done"
 """Said as the first batch starts: from here until the batches end, the worker is sampling."""
 
 
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """SIGINT back to its default in the child: a suite started in the background by a
+    non-interactive shell (`cmd &`, as CI harnesses do) inherits it ignored, and then no Ctrl-C
+    reaches `rlide train` (it finished its pass, exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _train(rlide_exe: Path, *args: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
     """`rlide train ARGS` in the background, its stdout and stderr in files."""
     out, err = tmp_path / "train.out", tmp_path / "train.err"
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen([str(rlide_exe), "train", *args], stdout=stdout, stderr=stderr)
+        proc = subprocess.Popen(
+            [str(rlide_exe), "train", *args], stdout=stdout, stderr=stderr, preexec_fn=_ctrl_c_as_a_terminal_sends_it
+        )
     return proc, out, err
 
 
