@@ -14,6 +14,7 @@ pytest.importorskip("art")
 pytest.importorskip("peft")
 
 from episodes.codec import encode_choice  # noqa: E402
+from tests.training.backends.run_tests_tool import TOOLS  # noqa: E402
 from training.backends.base import BackendConfig, BackendUnavailable, make_backend  # noqa: E402
 from training.backends.cpu import (  # noqa: E402
     CpuBackend,
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.skipif(
     not installed(PACKAGED[MODEL]),
     reason=f"{MODEL} is not fetched (scripts/setup_models.sh: `rlide models fetch {MODEL}`)",
 )
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "run_tests",
-            "description": "Run the project's tests.",
-            "parameters": {"type": "object", "properties": {"test_command": {"type": "string"}}},
-        },
-    }
-]
 TASK = [{"role": "user", "content": "Write a Python function add(a, b) that returns a + b."}]
 ANSWER = "```python\ndef add(a, b):\n    return a + b\n```"
 

@@ -25,6 +25,7 @@ from openai.types.chat.chat_completion_message import ChatCompletionMessage  # n
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob  # noqa: E402
 
 from episodes.codec import encode_choice  # noqa: E402
+from tests.training.backends.run_tests_tool import TOOLS  # noqa: E402
 from training.backends.base import BackendConfig  # noqa: E402
 from training.backends.cpu import (  # noqa: E402
     CpuBackend,
@@ -40,16 +41,6 @@ from training.gateway.tool_calls import with_tool_calls  # noqa: E402
 
 QWEN_TEMPLATE = Path(__file__).with_name("qwen2_5_chat_template.jinja")
 """Qwen2.5-Instruct's chat template as shipped with Qwen2.5-Coder-0.5B-Instruct (Apache-2.0)."""
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "run_tests",
-            "description": "Run the project's tests.",
-            "parameters": {"type": "object", "properties": {"test_command": {"type": "string"}}},
-        },
-    }
-]
 TASK = [{"role": "user", "content": "make the tests pass"}]
 CALL = '<tool_call>\n{"name": "run_tests", "arguments": {"test_command": "pytest -q"}}\n</tool_call>'
 TEMPERATURE = 0.7
