@@ -183,7 +183,7 @@ async def test_a_replay_starts_from_the_uncommitted_bug_not_the_clean_commit(pro
         assert scenario.verifier.data["files"]["calc.py"] == CALC  # the uncommitted bug
         prompt = scenario.messages[-1]["content"]
         assert prompt.startswith("make add add") and "tests/test_calc.py::test_add" in prompt  # what fails
-        assert f"calc.py as it is now:\n```\n{CALC}" in prompt and "```diff block" in prompt
+        assert f"calc.py, add:\n```python\n{CALC.rstrip()}\n```" in prompt and "<<<<<<< SEARCH" in prompt
         check_verifier(scenario, workspace_runner=runner)  # its start state fails: a scenario
         fix = f"```diff\n{unified_diff({'calc.py': CALC}, {'calc.py': FIXED})}```"
         assert verify(scenario, fix, workspace_runner=runner) == 1.0

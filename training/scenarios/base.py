@@ -7,9 +7,10 @@ completion into a reward. Three verifiers:
     humaneval  the completion is appended to the problem's prompt and the problem's `check` runs
     command    an episode's verifier replayed (`training.scenarios.verification.replay_reward`):
                the project's tests, from the commit the episode started at, on its exact start
-               state with the student's diff applied, judged by fail-to-pass against the sets rlide
-               measured on that start state; the commit's test files win over anything the diff
-               writes (docs/rewards.md)
+               state with the student's answer applied (SEARCH/REPLACE blocks, whole-function
+               rewrites or a diff: `training.scenarios.edits`), judged by fail-to-pass against the
+               sets rlide measured on that start state; the commit's test files win over anything
+               the answer writes (docs/rewards.md)
 
 Running code goes through a `ProgramRunner` (envpool's sandbox satisfies it once it lands);
 `SubprocessRunner` here is a plain subprocess with limits, NOT a sandbox: only for trusted code
@@ -34,14 +35,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import structlog
+
 from envpool.sandbox.base import RunRequest, RunResult
 from envpool.tasks.humaneval import CodingTask
 from envpool.verifiers.values import CallsUnavailable, Verdict, judge
 from episodes.records import Episode, EpisodeDetail, StateKind, VerifierState, WorkspaceState
 from episodes.store import EpisodeStore
 from training.scenarios.errors import VerifierUnavailable
+from training.scenarios.replay_prompt import replay_prompt
+from training.scenarios.snapshots import GitSnapshots
 from training.scenarios.toy import digit_share
 from training.scenarios.verification import EXACT_OMISSIONS, replay_reward
+
+log = structlog.get_logger(__name__)
 
 Split = Literal["train", "heldout", "all"]
 VerifierKind = Literal["toy", "humaneval", "command"]
@@ -116,8 +123,10 @@ class Verifier:
     kind: VerifierKind
     data: dict[str, Any] = field(default_factory=dict)
     """humaneval: prompt, test, entry_point; command: the episode verifier's project configuration,
-    fail_to_pass, pass_to_pass, trusted files (digests) and the start state's changed files (`files`,
-    `deleted`) over the commit `Scenario.workspace_ref` (`training.scenarios.verification`)."""
+    fail_to_pass, pass_to_pass, trusted files (digests), the start state's changed files (`files`,
+    `deleted`) over the commit `Scenario.workspace_ref` (`training.scenarios.verification`), and the
+    code its prompt showed (`shown`: name -> [path, qualname]; `excerpts`: paths), which an answer's
+    rewrites and path-less SEARCH/REPLACE blocks resolve against (`training.scenarios.edits`)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,9 @@ class Scenario:
     """The repository `workspace_ref` belongs to (the episode's workspace)."""
     split: Literal["train", "heldout"] = "train"
     source_episode: str | None = None
+    max_tokens: int | None = None
+    """A completion budget sized to the task (a replay's: a rewrite of the code it shows fits);
+    rollouts use the smaller of it and the worker's. None: the worker's alone."""
 
     @property
     def task(self) -> str:
@@ -141,13 +153,6 @@ def extract_code(completion: str) -> str:
     """The code of a completion: the first fenced block if there is one, else the text itself."""
     match = re.search(r"```(?:python|py)?\n(.*?)```", completion, re.DOTALL)
     return match.group(1) if match else completion
-
-
-def extract_patch(completion: str) -> str | None:
-    """The unified diff of a completion: a fenced diff block, or the text if it is a diff; else None."""
-    match = re.search(r"```(?:diff|patch)?\n(.*?)```", completion, re.DOTALL)
-    text = match.group(1) if match else completion
-    return text if re.search(r"^--- .*\n\+\+\+ ", text, re.MULTILINE) else None
 
 
 def humaneval_verdict(problem: dict[str, Any], completion: str, runner: ProgramRunner, timeout_s: float) -> Verdict:
@@ -207,7 +212,7 @@ def _command_reward(scenario: Scenario, completion: str, runner: WorkspaceRunner
     assert scenario.workspace is not None and scenario.workspace_ref is not None
     return replay_reward(
         scenario.verifier.data,
-        extract_patch(completion),
+        completion,
         files_at=lambda: runner.commit_files(str(scenario.workspace), str(scenario.workspace_ref)),
         run=runner.run,
     )
@@ -364,6 +369,13 @@ def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState
         or not episode.workspace
     ):
         return None
+    end = states[-1]
+    prompt = replay_prompt(
+        episode.task,
+        verifier.fail_to_pass,
+        *_changed_texts(episode.workspace, start, end),
+        trusted=verifier.trusted_files,
+    )
     data: dict[str, Any] = {
         "project": verifier.project,
         "fail_to_pass": verifier.fail_to_pass,
@@ -371,37 +383,39 @@ def _scenario_from_detail(detail: EpisodeDetail, states: Sequence[WorkspaceState
         "trusted": verifier.trusted_files,
         "files": {p: t for p, t in start.files.items() if t is not None},
         "deleted": sorted(p for p, t in start.files.items() if t is None),
+        "shown": {name: [site.path, site.qualname] for name, site in prompt.sites.items()},
+        "excerpts": list(prompt.excerpts),
     }
-    end = states[-1]
-    changed = sorted(p for p in start.files.keys() | end.files.keys() if start.files.get(p) != end.files.get(p))
-    prompt = _replay_prompt(episode.task, verifier.fail_to_pass, changed if end.commit == start.commit else [], start)
     return Scenario(
         id=f"episode/{episode.id}",
-        messages=({"role": "user", "content": prompt},),
+        messages=({"role": "user", "content": prompt.text},),
         verifier=Verifier("command", data),
         workspace_ref=verifier.commit,
         workspace=episode.workspace,
         source_episode=episode.id,
+        max_tokens=prompt.max_tokens,
     )
 
 
-PROMPT_FILE_CHARS = 8_000
-PROMPT_FILES = 3
-PROMPT_TESTS = 10
-
-
-def _replay_prompt(task: str, failing: list[str], changed: list[str], start: WorkspaceState) -> str:
-    """The task, the tests that fail, the files the agent's solution changed as they were at the
-    start, and the form of an answer the verifier applies."""
-    parts = [task]
-    more = f" and {len(failing) - PROMPT_TESTS} more" if len(failing) > PROMPT_TESTS else ""
-    parts.append("These tests fail: " + ", ".join(failing[:PROMPT_TESTS]) + more)
-    for path in [p for p in changed if start.files.get(p) is not None][:PROMPT_FILES]:
-        parts.append(f"{path} as it is now:\n```\n{str(start.files[path])[:PROMPT_FILE_CHARS]}\n```")
-    if changed:
-        parts.append("Files to change: " + ", ".join(changed))
-    parts.append("Answer with a unified diff in a ```diff block that `patch -p1` applies at the workspace root.")
-    return "\n\n".join(parts)
+def _changed_texts(
+    workspace: str, start: WorkspaceState, end: WorkspaceState
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """Each path the episode changed between its start and end states, as text at the start and at
+    the end (None: absent). A path a state does not list is as the commit has it, read from the
+    repository in one git call; a change across commits, or a repository that cannot be read, shows
+    nothing (the replay is still judged; only its prompt is poorer)."""
+    if end.commit != start.commit:
+        return {}, {}
+    changed = sorted(p for p in start.files.keys() | end.files.keys() if start.files.get(p) != end.files.get(p))
+    unlisted = [p for p in changed if p not in start.files or p not in end.files]
+    try:
+        committed = GitSnapshots().texts_at(workspace, start.commit, unlisted) if unlisted else {}
+    except (VerifierUnavailable, ValueError) as exc:  # ValueError: git's answer was not a blob listing
+        log.info("replay_prompt_without_code", workspace=workspace, reason=str(exc))
+        return {}, {}
+    before = {p: start.files[p] if p in start.files else committed[p] for p in changed}
+    after = {p: end.files[p] if p in end.files else committed[p] for p in changed}
+    return before, after
 
 
 def scenarios_from_log(store: EpisodeStore, episodes: Iterable[Episode] | None = None) -> list[Scenario]:

@@ -28,11 +28,10 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from envpool.verifiers.patches import PatchError, apply_patch
-from training.scenarios.base import extract_patch
 
 _BLOCK = re.compile(  # [a path line (no spaces)] [a fence line] SEARCH ... ======= ... REPLACE
     r"(?:^[`*]*([^\s<>=`*]+)[`*]*[ \t]*\n)?(?:```[^\n]*\n)?"
@@ -40,6 +39,17 @@ _BLOCK = re.compile(  # [a path line (no spaces)] [a fence line] SEARCH ... ====
     re.DOTALL | re.MULTILINE,
 )
 _PYTHON = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+ANSWER_FORMAT = """Answer with the fix only, in one of these forms:
+
+1. One or more SEARCH/REPLACE blocks: the file's path on its own line, then
+<<<<<<< SEARCH
+(lines copied exactly from the file)
+=======
+(the lines that replace them)
+>>>>>>> REPLACE
+
+2. The whole corrected function in a ```python block (same name; one function per `def`)."""
+"""What a prompt that shows functions (a bug instance, a replay) says about the answer."""
 
 
 class EditError(ValueError):
@@ -54,12 +64,24 @@ class FunctionSite:
     qualname: str
 
 
-def apply_answer(files: Mapping[str, str], answer: str, shown: Mapping[str, FunctionSite]) -> dict[str, str]:
+def extract_patch(completion: str) -> str | None:
+    """The unified diff of a completion: a fenced diff block, or the text if it is a diff; else None."""
+    match = re.search(r"```(?:diff|patch)?\n(.*?)```", completion, re.DOTALL)
+    text = match.group(1) if match else completion
+    return text if re.search(r"^--- .*\n\+\+\+ ", text, re.MULTILINE) else None
+
+
+def apply_answer(
+    files: Mapping[str, str],
+    answer: str,
+    shown: Mapping[str, FunctionSite],
+    excerpts: Sequence[str] = (),
+) -> dict[str, str]:
     """`files` with the answer's edits applied (a new dict). `shown` maps the names of the functions
-    the prompt showed (bare and qualified) to where they are; their files are those a path-less
-    search/replace block may edit."""
+    the prompt showed (bare and qualified) to where they are; their files and the files shown as
+    `excerpts` are those a path-less search/replace block may edit."""
     if "<<<<<<<" in answer:
-        return _search_replace(files, answer, sorted({site.path for site in shown.values()}))
+        return _search_replace(files, answer, sorted({site.path for site in shown.values()} | set(excerpts)))
     patch = extract_patch(answer)
     if patch is not None:
         try:
@@ -152,6 +174,37 @@ def _replace_function(source: str, site: FunctionSite, new: str) -> str:
     return "".join(lines[: first - 1]) + body + "".join(lines[node.end_lineno :])
 
 
+def functions_of(source: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """The functions of `source` a rewrite can replace, by qualified name: top-level functions and
+    the methods of top-level classes, in source order; none when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append((node.name, node))
+        elif isinstance(node, ast.ClassDef):
+            found += [
+                (f"{node.name}.{item.name}", item)
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
+    return found
+
+
+def shown_sites(sites: Sequence[FunctionSite]) -> dict[str, FunctionSite]:
+    """The names a rewrite may use for `sites`: each qualified name, and its bare name when no other
+    site shares it."""
+    out = {site.qualname: site for site in sites}
+    bare: dict[str, list[FunctionSite]] = {}
+    for site in sites:
+        bare.setdefault(site.qualname.rsplit(".", 1)[-1], []).append(site)
+    out.update({name: found[0] for name, found in bare.items() if len(found) == 1 and name not in out})
+    return out
+
+
 def find_function(source: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The function `qualname` (a top-level name, or Class.method) of `source`, or None."""
     try:
@@ -168,4 +221,13 @@ def find_function(source: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunc
     return next((n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name), None)
 
 
-__all__ = ["EditError", "FunctionSite", "apply_answer", "find_function"]
+__all__ = [
+    "ANSWER_FORMAT",
+    "EditError",
+    "FunctionSite",
+    "apply_answer",
+    "extract_patch",
+    "find_function",
+    "functions_of",
+    "shown_sites",
+]

@@ -45,7 +45,6 @@ from envpool.sandbox.base import read_test_run as read_outcome
 from envpool.sandbox.sites import PythonSites
 from envpool.verifiers import fail_to_pass
 from envpool.verifiers.monitor import STRONG_KINDS, inspect_change
-from envpool.verifiers.patches import PatchError, apply_patch
 from envpool.verifiers.project import (
     ProjectConfigError,
     ProjectTests,
@@ -58,6 +57,7 @@ from envpool.verifiers.project import (
 from envpool.verifiers.reports import PASSED, PLUGIN_FOLDER, TestReport
 from episodes.records import EpisodeVerifier, StateKind, VerifierState, VerifierVerdict, WorkspaceState, utcnow
 from episodes.store import EpisodeStore
+from training.scenarios.edits import EditError, FunctionSite, apply_answer
 from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.snapshots import GitSnapshots
 
@@ -254,26 +254,39 @@ def trusted_texts(digests: Mapping[str, str | None], head: Mapping[str, str], co
     return out
 
 
+REPLAY_TIMEOUT_S = 60.0
+"""Longest judged run of a replayed episode's answer (`replay_reward`)."""
+
+
 def replay_reward(
-    data: Mapping[str, Any], patch: str | None, *, files_at: Callable[[], dict[str, str]], run: Runner
+    data: Mapping[str, Any], answer: str, *, files_at: Callable[[], dict[str, str]], run: Runner
 ) -> float:
-    """A student's answer to a replayed episode, in [0, 1]: `patch` applied to the episode's start
-    state (`data`: a log scenario's verifier, `training.scenarios.base`) by the one parser that
-    applies it, then judged like the episode's end state. `files_at` reads the start commit's files.
-    No diff, or one that does not apply, is the start state: 0."""
-    if patch is None:
-        return 0.0
+    """A student's answer to a replayed episode, in [0, 1]: its edits (SEARCH/REPLACE blocks,
+    whole-function rewrites of the functions the prompt showed, or a diff: `edits.apply_answer`)
+    applied to the episode's start state (`data`: a log scenario's verifier,
+    `training.scenarios.base`), then judged like the episode's end state. `files_at` reads the start
+    commit's files. An answer with no edit that applies, or one that changes nothing, is the start
+    state: 0, with no run. A scenario logged before `shown` was recorded still takes diffs and
+    SEARCH/REPLACE blocks that name their file. The run may take `REPLAY_TIMEOUT_S` at most (or the
+    project's own limit, if lower): an answer sampled from a policy in training that loops forever
+    would otherwise hold a rollout for the project's whole limit (300 s by default), and a hang
+    is a fail either way."""
     tests = ProjectTests.from_json(data["project"])
+    tests = replace(tests, timeout_s=min(tests.timeout_s, REPLAY_TIMEOUT_S))
     head = files_at()
     start = _applied(head, {**data.get("files", {}), **dict.fromkeys(data.get("deleted", []))})
+    shown = {name: FunctionSite(path, qualname) for name, (path, qualname) in data.get("shown", {}).items()}
     try:
-        applied = apply_patch(start, patch)
-    except PatchError:
+        tree = apply_answer(start, answer, shown, data.get("excerpts", ()))
+    except EditError:
+        return 0.0
+    touched = {path for path in start.keys() | tree.keys() if start.get(path) != tree.get(path)}
+    if not touched:
         return 0.0
     trusted = trusted_texts(data["trusted"], head, "the start commit")
-    doctests = changed_doctests(start, applied.files, tests, applied.touched)
+    doctests = changed_doctests(start, tree, tests, touched)
     sets = (list(data["fail_to_pass"]), list(data.get("pass_to_pass") or []))
-    judged = judge_tree(run, tests, sets, judged_tree(applied.files, trusted, tests), head, doctests, partial=True)
+    judged = judge_tree(run, tests, sets, judged_tree(tree, trusted, tests), head, doctests, partial=True)
     return (judged.reward + 1.0) / 2.0
 
 

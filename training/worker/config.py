@@ -74,7 +74,8 @@ class WorkerConfig:
     """Rollout groups sampled per step."""
     max_tokens: int | None = None
     """Longest rollout completion, in tokens; None: 12 for tiny-qwen2 (its toy answers), 384 for a
-    pretrained model (a function body or a small diff)."""
+    pretrained model (a function body or a small diff), and a replay's own budget (sized to the code
+    its fix touched) for a replay. A number set here caps replays too."""
     temperature: float = 1.0
     """Sampling temperature of rollouts (1.0: logprobs are the policy's own)."""
     max_staleness: int = 2
@@ -142,11 +143,20 @@ class WorkerConfig:
             return self.max_tokens
         return 12 if self.backend.base_model == TINY_MODEL else 384
 
+    @property
+    def rollout_budget_cap(self) -> int | None:
+        """The cap on a scenario's own completion budget: a person's `max_tokens`; the tiny model's
+        12 (it writes no fix); else none (a replay gets the tokens its fix needs)."""
+        if self.max_tokens is None and self.backend.base_model != TINY_MODEL:
+            return None
+        return self.rollout_max_tokens
+
     def plan(self) -> str:
         """What each step of this configuration does, so the person watching knows what to expect."""
         sampling = (
             f"self-play: {self.groups_per_step} groups x {self.group_size} rollouts of up to"
-            f" {self.rollout_max_tokens} tokens ({self.scenarios}), then one optimizer step"
+            f" {self.rollout_max_tokens} tokens{'' if self.rollout_budget_cap else ' (a replay: its fix size)'}"
+            f" ({self.scenarios}), then one optimizer step"
             if self.scenarios and self.groups_per_step
             else "no self-play"
         )

@@ -84,7 +84,7 @@ from training.scenarios.base import (
     builtin,
     parse_scenario_sets,
 )
-from training.scenarios.rollout import next_attempt, rollout_groups
+from training.scenarios.rollout import RewardRecord, next_attempt, rollout_groups
 from training.worker.config import WorkerConfig, write_run_file
 from training.worker.metrics import TENSORBOARD_FOLDER, StepMetrics
 from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerInterrupted, WorkerReport
@@ -135,6 +135,8 @@ class Worker:
         self._log_scenarios = LogScenarios()
         self._unavailable: dict[str, str] = {}
         """Scenario id -> why its verifier could not run; not picked again by this process."""
+        self._rewards = RewardRecord()
+        """Each scenario's recent group rewards, so steps draw scenarios that teach; in memory only."""
         self.store: EpisodeStore | None = None
         self.backend: TrainingBackend | None = None
         self._sft_skip_recorded = False
@@ -271,6 +273,8 @@ class Worker:
                 attempt=attempt,
                 runner=self.runner,
                 workspace_runner=self.workspace_runner,
+                record=self._rewards,
+                budget_cap=cfg.rollout_budget_cap,
             )
             groups += rollouts.groups
             replays = {s.id for s in pool if s.verifier.kind == "command"}

@@ -10,6 +10,14 @@ from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from tests.logdata import replayable
 from training.scenarios.base import LogScenarios, parse_scenario_sets, scenarios_from_log
+from training.scenarios.edits import FunctionSite, apply_answer
+from training.scenarios.replay_prompt import (
+    CHARS_PER_TOKEN,
+    HEADROOM_TOKENS,
+    MAX_TOKENS,
+    MIN_TOKENS,
+    replay_prompt,
+)
 
 
 def ended(store: EpisodeStore, *, replay: bool = True) -> str:
@@ -44,7 +52,8 @@ def test_a_replay_is_the_start_state_judged_by_the_projects_verifier(store: Epis
     )
     prompt = scenario.task
     assert prompt.startswith("make test_add pass") and "tests/test_calc.py::test_add" in prompt
-    assert "```diff block" in prompt
+    # No end state recorded: no code to show, the answer format all the same, the worker's budget.
+    assert "<<<<<<< SEARCH" in prompt and data["shown"] == {} and scenario.max_tokens is None
 
 
 def test_scenario_sets_are_named_once_each_comma_separated() -> None:
@@ -71,3 +80,55 @@ def test_log_scenarios_re_read_only_new_or_changed_episodes(store: EpisodeStore)
     # A late step on an ended episode is seen at the next refresh (here it changes nothing).
     store.add_step(first, tool="search_code", arguments={"query": "add"}, result_summary="", error=None, duration_ms=1)
     assert len(log.refresh(store)) == 2 and log.detail_reads == 3
+
+
+MODULE = (
+    "import math\n\nLIMIT = 10\n\n\n"
+    + "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(60))
+    + "class Shape:\n    @staticmethod\n    def area(w, h):\n        return w + h\n\n    def name(self):\n"
+    + "        return 'shape'\n"
+)
+
+
+def test_a_replay_prompt_shows_the_functions_the_change_touched_not_the_file() -> None:
+    fixed = MODULE.replace("return w + h", "return w * h")
+    prompt = replay_prompt(
+        "fix area", ["tests/test_shape.py::test_area"], {"shape.py": MODULE}, {"shape.py": fixed}, {}
+    )
+    area = "    @staticmethod\n    def area(w, h):\n        return w + h"
+    assert f"shape.py, Shape.area:\n```python\n{area}\n```" in prompt.text  # whole, decorator and all
+    assert "helper_3" not in prompt.text and "def name" not in prompt.text and "LIMIT" not in prompt.text
+    assert prompt.sites == {
+        "Shape.area": FunctionSite("shape.py", "Shape.area"),
+        "area": FunctionSite("shape.py", "Shape.area"),
+    }
+    assert prompt.excerpts == () and "<<<<<<< SEARCH" in prompt.text
+    # The rewrite the prompt asks for applies through the same reader the verifier uses.
+    answer = "```python\n@staticmethod\ndef area(w, h):\n    return w * h\n```"
+    assert apply_answer({"shape.py": MODULE}, answer, prompt.sites, prompt.excerpts) == {"shape.py": fixed}
+
+
+def test_a_change_outside_any_function_is_shown_as_a_bounded_excerpt() -> None:
+    fixed = MODULE.replace("LIMIT = 10", "LIMIT = 100")
+    prompt = replay_prompt(
+        "raise the limit",
+        ["t.py::t"],
+        {"shape.py": MODULE, "tests/t.py": "x"},
+        {"shape.py": fixed, "tests/t.py": "y"},
+        {"tests/t.py": None},
+    )
+    assert "shape.py, lines 1-7:\n```\nimport math\n\nLIMIT = 10\n" in prompt.text
+    assert "helper_30" not in prompt.text and prompt.sites == {} and prompt.excerpts == ("shape.py",)
+    assert "tests/t.py" not in prompt.text  # a file the judge restores is not the student's to change
+    answer = "<<<<<<< SEARCH\nLIMIT = 10\n=======\nLIMIT = 100\n>>>>>>> REPLACE\n"  # no path: the excerpt's file
+    assert apply_answer({"shape.py": MODULE}, answer, prompt.sites, prompt.excerpts) == {"shape.py": fixed}
+
+
+def test_a_replays_completion_budget_fits_a_rewrite_of_what_it_shows() -> None:
+    small = replay_prompt("t", ["t"], {"a.py": "def f():\n    return 1\n"}, {"a.py": "def f():\n    return 2\n"}, {})
+    assert small.max_tokens == MIN_TOKENS
+    body = "".join(f"    total += {i} * x  # step {i}\n" for i in range(80))
+    big = f"def g(x):\n    total = 0\n{body}    return total\n"
+    large = replay_prompt("t", ["t"], {"a.py": big}, {"a.py": big.replace("total = 0", "total = 1")}, {})
+    assert large.max_tokens is not None and large.max_tokens >= len(big) / CHARS_PER_TOKEN + HEADROOM_TOKENS
+    assert large.max_tokens <= MAX_TOKENS and f"a.py, g:\n```python\n{big.rstrip()}" in large.text

@@ -2,13 +2,15 @@
 earns no more than leaving the broken workspace alone, the real fix earns 1. The episode is recorded
 as the MCP server records it (its start state captured, the project's verifier established by a run
 of that start state); the student's answer is a diff, applied by the one parser that also decides
-what it touched. Real git, real SQLite, the real sandbox, pytest's report."""
+what it touched, or SEARCH/REPLACE blocks and whole-function rewrites (`edits.apply_answer`, the
+reader bug instances use). Real git, real SQLite, the real sandbox, pytest's report."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ from episodes.records import EpisodeStatus, StateKind
 from episodes.store import EpisodeStore
 from mcp_server.capture import capture
 from tests.git_repos import git
+from training.scenarios import verification
 from training.scenarios.base import Scenario, check_verifier, scenarios_from_log, verify
 from training.scenarios.sandbox_runner import SandboxRunner
 from training.scenarios.snapshots import GitSnapshots, unified_diff
@@ -145,8 +148,64 @@ def scenario(store: EpisodeStore, tmp_path: Path, runner: SandboxRunner) -> Scen
     assert "data/expected.json" in verifier.trusted_files  # read by a test: its expected values are trusted
     [found] = scenarios_from_log(store)
     assert found.source_episode == episode_id and found.workspace_ref == verifier.commit
-    assert "calc.py as it is now" in found.task and "tests/test_calc.py::test_add" in found.task
+    assert "tests/test_calc.py::test_add" in found.task
     return found
+
+
+BROKEN_ADD = BROKEN[: BROKEN.index("\n\n\ndef zero")]
+
+
+def test_the_prompt_shows_the_function_the_episode_changed_and_sizes_the_budget(scenario: Scenario) -> None:
+    """The agent's change touched `add` only: the prompt shows it whole as it was at the start, not
+    calc.py (its `zero`), not the helper, not the tests; the sites let a rewrite name it."""
+    assert f"calc.py, add:\n```python\n{BROKEN_ADD}\n```" in scenario.task
+    assert "def zero" not in scenario.task and "helper.py" not in scenario.task and "def test_add" not in scenario.task
+    assert scenario.verifier.data["shown"] == {"add": ["calc.py", "add"]}
+    assert scenario.max_tokens == 128  # a small function: the smallest budget, not the worker's 384
+
+
+SR_FIX = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+REWRITE_FIX = f"```python\n{BROKEN_ADD.replace('a - b', 'a + b')}\n```"
+
+
+def test_search_replace_and_whole_function_answers_are_judged_like_the_episode(
+    scenario: Scenario, runner: SandboxRunner
+) -> None:
+    answers = {
+        "search/replace with its path": (SR_FIX, 1.0),
+        "search/replace without a path (the shown function's file)": (SR_FIX.removeprefix("calc.py\n"), 1.0),
+        "the whole function rewritten": (REWRITE_FIX, 1.0),
+        "a rewrite that drops the doctest": ("```python\ndef add(a, b):\n    return a + b\n```", pytest.approx(2 / 3)),
+        "a wrong fix": (SR_FIX.replace("a + b", "a * b"), 0.0),
+        "search text not in the file": (SR_FIX.replace("a - b", "a / b"), 0.0),
+        "a rewrite of a function not shown": ("```python\ndef zero():\n    return 0\n```", 0.0),
+        "no edit at all": ("add should add, not subtract", 0.0),
+    }
+    got = {name: verify(scenario, answer, workspace_runner=runner) for name, (answer, _) in answers.items()}
+    assert got == {name: want for name, (_, want) in answers.items()}
+
+
+def test_edits_of_the_tests_or_a_new_conftest_are_not_paid_in_any_answer_form(
+    scenario: Scenario, runner: SandboxRunner
+) -> None:
+    """The forms that pay the fix (above) pay nothing for changing what judges it."""
+    assert verify(scenario, SR_FIX, workspace_runner=runner) == 1.0  # the same form, paid when it fixes
+    tricks = {
+        "rewrite the failing test": "tests/test_calc.py\n<<<<<<< SEARCH\n    assert add(2, 3) == 5\n=======\n"
+        "    assert add(2, 3) == -1\n>>>>>>> REPLACE\n",
+        "gut the project-pattern test file": "calc_checks.py\n<<<<<<< SEARCH\n        assert add(a, b) == want\n"
+        "=======\n        pass\n>>>>>>> REPLACE\n",
+        "the data file's expected values": "data/expected.json\n<<<<<<< SEARCH\n[[1, 1, 2]]\n=======\n[[1, 1, 0]]\n"
+        ">>>>>>> REPLACE\n",
+        "a conftest.py by search/replace": f"conftest.py\n<<<<<<< SEARCH\nimport pytest\n=======\n{PLUGIN_FLIP}"
+        ">>>>>>> REPLACE\n",
+        "a conftest hook as a function rewrite": f"```python\n{PLUGIN_FLIP.split(chr(10), 2)[2]}```",
+        "the failing test as a function rewrite": "```python\ndef test_add():\n    pass\n```",
+        "the doctest's expected output by search/replace": "calc.py\n<<<<<<< SEARCH\n    5\n=======\n    -1\n"
+        ">>>>>>> REPLACE\n",
+    }
+    paid = {name: verify(scenario, answer, workspace_runner=runner) for name, answer in tricks.items()}
+    assert paid == dict.fromkeys(tricks, 0.0)
 
 
 def test_the_fix_earns_1_and_breaking_a_passing_test_earns_nothing(scenario: Scenario, runner: SandboxRunner) -> None:
@@ -173,3 +232,25 @@ def test_an_episode_whose_start_state_already_passes_is_not_a_scenario(
     verifier = store.verifier(episode_id)
     assert verifier is not None and verifier.reason == "no test fails at the start: there is no work to verify"
     assert scenarios_from_log(store, [store.get_episode(episode_id)]) == []
+
+
+def test_an_answer_that_loops_forever_is_cut_at_the_replay_limit_and_earns_nothing(
+    scenario: Scenario, runner: SandboxRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy in training samples loops: the judged run is limited to the replay's limit, not the
+    project's 300 s, and a run cut there pays nothing."""
+    monkeypatch.setattr(verification, "REPLAY_TIMEOUT_S", 3.0)
+    limits: list[float] = []
+
+    class Recording:
+        def commit_files(self, workspace: str, commit: str) -> dict[str, str]:
+            return runner.commit_files(workspace, commit)
+
+        def run(self, request: Any) -> Any:
+            limits.append(request.timeout_s)
+            return runner.run(request)
+
+    assert scenario.verifier.data["project"]["timeout_s"] == 300.0
+    loops = SR_FIX.replace("    return a + b\n", "    while True:\n        pass\n")
+    assert verify(scenario, loops, workspace_runner=Recording()) == 0.0
+    assert limits and set(limits) == {3.0}

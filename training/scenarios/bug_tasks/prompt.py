@@ -15,21 +15,11 @@ import re
 from dataclasses import dataclass
 
 from training.scenarios.bug_tasks.judge import PreparedInstance, is_source
-from training.scenarios.edits import FunctionSite
+from training.scenarios.edits import ANSWER_FORMAT, FunctionSite
 
 MAX_CODE_CHARS = 6_000
 MAX_FUNCTIONS = 4
 _FRAME = re.compile(r"^(\S+\.py):(\d+): in (\w+)", re.MULTILINE)
-ANSWER_FORMAT = """Answer with the fix only, in one of these forms:
-
-1. One or more SEARCH/REPLACE blocks: the file's path on its own line, then
-<<<<<<< SEARCH
-(lines copied exactly from the file)
-=======
-(the lines that replace them)
->>>>>>> REPLACE
-
-2. The whole corrected function in a ```python block (same name; one function per `def`)."""
 
 
 @dataclass(frozen=True)
@@ -135,4 +125,4 @@ def bug_prompt(prepared: PreparedInstance, output: str) -> Shown:
     return Shown("\n\n".join(parts), sites)
 
 
-__all__ = ["ANSWER_FORMAT", "Shown", "bug_prompt", "involved"]
+__all__ = ["Shown", "bug_prompt", "involved"]
