@@ -49,6 +49,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
 # Run as a script, this folder is sys.path[0], where benchmarks/envpool.py would shadow the envpool package.
 sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != HERE]
 sys.path.insert(0, str(ROOT))
@@ -119,12 +120,15 @@ async def teacher_episodes(home: Path, workspace: Path, tasks: list[dict[str, An
 
 
 def prompts_of(tokenizer: Any, problems: list[dict[str, Any]]) -> list[list[int]]:
+    """Each problem's prompt ids: its `messages`, or HumanEval's system prompt and its `prompt`."""
     from training.backends.cpu import prompt_token_ids
     from training.scenarios.base import HUMANEVAL_SYSTEM
 
     return [
         prompt_token_ids(
-            tokenizer, [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}]
+            tokenizer,
+            p.get("messages")
+            or [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}],
         )
         for p in problems
     ]
@@ -492,10 +496,38 @@ def main() -> None:
     )
     parser.add_argument("--eval-temperature", type=float, default=0.2, help="temperature of those answers")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learning.json")
+    bugs = parser.add_argument_group("bug instances (docs/bug-tasks.md): the mode used when --train is given")
+    bugs.add_argument("--train", type=Path, action="append", help="a JSONL file of bug instances to train on")
+    bugs.add_argument("--heldout", type=Path, action="append", help="a JSONL file of bug instances to evaluate")
+    bugs.add_argument("--seeds", default="0,1", help="training seeds, comma-separated (a fresh adapter each)")
+    bugs.add_argument("--shots", type=int, default=2, help="oracle demonstrations in the prompt-only control")
+    bugs.add_argument("--he-samples", type=int, default=2, help="drawn answers per HumanEval problem")
+    bugs.add_argument(
+        "--grpo-redraws", type=int, default=2, help="replays drawn per step in place of groups without variance"
+    )
+    bugs.add_argument(
+        "--judge-timeout", type=float, default=60.0, help="seconds an answer's test run may take (a loop: a fail)"
+    )
+    bugs.add_argument("--max-seq-len", type=int, default=4096, help="the student's trained context")
+    parser.add_argument(
+        "--out", type=Path, help="the JSON report (default: benchmarks/results/learning.json, learning-bugs.json)"
+    )
     parser.add_argument("--plot", type=Path, default=ROOT / "benchmarks" / "results" / "learning.png")
     args = parser.parse_args()
+    if args.train or args.heldout:
+        if not (args.train and args.heldout):
+            parser.error("bug instances need both --train FILE and --heldout FILE")
+        import bug_learning
+
+        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        report = bug_learning.run(args)
+        args.out = args.out or RESULTS / "learning-bugs.json"
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+        print(json.dumps({k: report[k] for k in ("model", "teacher", "instances", "heldout", "seconds")}, indent=2))
+        return
     report = run(args)
+    args.out = args.out or RESULTS / "learning.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     plot(report, args.plot)
