@@ -164,6 +164,10 @@ class Worker:
         self._check_identity(store, started, identity)
         backend = self._backend or make_backend(cfg.backend)
         ckpt_step = backend.start()
+        foreign = self._foreign_checkpoints(store, ckpt_step)
+        if foreign is not None:
+            backend.close()
+            raise WorkerError(foreign)
         try:
             run = store.runs.ensure_run(
                 cfg.run, backend=identity["backend"], base_model=identity["base_model"], config=cfg.to_dict(),
@@ -186,6 +190,27 @@ class Worker:
                 " or start a new run name"
             )
         return store, backend, run.step
+
+    def _foreign_checkpoints(self, store: EpisodeStore, ckpt_step: int) -> str | None:
+        """Why the checkpoint folder belongs to another log than `store`, or None. One checkpoint ahead
+        of the log's step is a step whose commit a crash cut off (`_start` rolls it back); further
+        ahead, or checkpoints of a run this log never started, were trained with another log (a new
+        database, a restored copy): rolling back to this log's step would delete them."""
+        cfg = self.config
+        committed = store.runs.committed_step(cfg.run)
+        if ckpt_step == 0 or (committed is not None and ckpt_step <= committed + 1):
+            return None
+        where = cfg.backend.model_dir()
+        trained = f"{where} holds run {cfg.run!r}'s checkpoints up to step {ckpt_step}"
+        elsewhere = (
+            "point RLIDE_DATABASE_URL (or rlide's home) at the log that trained them, or train under another"
+            " --run name or checkpoint folder; nothing was changed"
+        )
+        if committed is None:
+            why = f"this episode log has no run {cfg.run!r}: they were trained with another log"
+        else:
+            why = f"this episode log is at step {committed}: they were trained past it with another log"
+        return f"{trained}, but {why}. {elsewhere}"
 
     def _check_identity(self, store: EpisodeStore, started: dict[str, Any] | None, identity: dict[str, Any]) -> None:
         """Raise `RunSettingsChanged` if the run was started with other values of what it keeps."""

@@ -361,3 +361,37 @@ def test_two_runs_side_by_side_keep_their_own_checkpoints_and_settings(tmp_path:
         4,
         first_dir,
     )
+
+
+def test_checkpoints_trained_with_another_log_are_refused_not_rolled_back(tmp_path: Path) -> None:
+    """A run's checkpoint folder met with a new episode log, or a copy of its log from two steps back,
+    would be rolled back to that log's step, deleting the checkpoints: the worker refuses, says why,
+    and changes nothing. One step ahead is a commit a crash cut off, and is still rolled back."""
+
+    def config(log: str) -> WorkerConfig:
+        return WorkerConfig(
+            database_url=str(tmp_path / log), backend=BackendConfig(path=tmp_path / "art"), run="r", groups_per_step=2
+        )
+
+    trained = config("ep.db")
+    assert train(trained, once=True).step == 1
+    shutil.copy(tmp_path / "ep.db", tmp_path / "step1.db")
+    assert train(trained, once=True).step == 2
+    assert train(trained, once=True).step == 3
+    folder = trained.backend.model_dir()
+    before = _files(folder)
+    with pytest.raises(WorkerError, match=r"checkpoints up to step 3, but this episode log has no run 'r'"):
+        train(config("new.db"), once=True)
+    with pytest.raises(WorkerError, match=r"this episode log is at step 1: they were trained past it"):
+        train(config("step1.db"), once=True)
+    assert _files(folder) == before
+    store = EpisodeStore.open(str(tmp_path / "new.db"))
+    try:
+        assert store.runs.identity("r") is None  # the refused start recorded no run
+    finally:
+        store.close()
+    shutil.copy(tmp_path / "ep.db", tmp_path / "step3.db")
+    assert train(trained, once=True).step == 4
+    crashed = config("step3.db")  # the log lost step 4's commit: its checkpoint is rolled back
+    assert train(crashed, once=True).step == 4
+    assert checkpoint_steps(folder) == [1, 2, 3, 4]
