@@ -544,7 +544,7 @@ def evaluate(
     from training.backends.base import BackendError
     from training.scenarios.bug_tasks.judge import SandboxRuns
     from training.scenarios.errors import VerifierUnavailable
-    from training.scenarios.eval import EvalRefused, eval_current_policy, select_tasks
+    from training.scenarios.eval import EvalRefused, TaskResult, eval_current_policy, select_tasks
     from training.scenarios.sandbox_runner import SandboxRunner
 
     config = _backend_config(settings, run)
@@ -565,9 +565,16 @@ def evaluate(
     runs_for = SandboxRuns(settings.sandbox) if chosen.bugs else None
     from training.worker.progress import Progress
 
-    # Per-task counts need a hook in `evaluate`; until then a heartbeat says it is still going.
     progress = Progress(None, sink=lambda line: typer.echo(f"rlide eval: {line}", err=True))
     progress.begin("evaluating", f"{chosen.name}, {samples} sample(s) a task, run {run!r}")
+    solved = 0
+
+    def judged(result: TaskResult, done: int, of: int) -> None:
+        nonlocal solved
+        solved += result.passed
+        verdict = "unverifiable" if result.unverifiable else f"{result.correct}/{result.samples} correct"
+        progress.say(f"{done}/{of} {result.task_id}: {verdict} ({result.seconds:.0f}s); solved so far {solved}/{done}")
+
     try:
         with _stdout_to_stderr():
             report = eval_current_policy(
@@ -580,6 +587,7 @@ def evaluate(
                 committed=lambda: _committed_step(settings, run),
                 upstream=upstream,
                 runs_for=runs_for,
+                on_result=judged,
             )
     except (BackendError, SandboxError) as exc:
         raise fail(str(exc)) from exc

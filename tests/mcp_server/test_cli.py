@@ -315,11 +315,15 @@ def test_paths_that_cannot_be_expanded_are_clear_errors(home: Path, monkeypatch:
 
 def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     pytest.importorskip("torch", reason="the training extra is not installed")
-    result = runner.invoke(app, ["eval", "--limit", "1", "--max-tokens", "8"])
+    result = runner.invoke(app, ["eval", "--limit", "2", "--max-tokens", "8"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert (report["tasks"], report["split"], report["n"]) == ("humaneval", "heldout", 1)
-    assert 0.0 <= report["pass_at_1"] <= 1.0 and report["passed"] + len(report["failed"]) == 1
+    assert (report["tasks"], report["split"], report["n"]) == ("humaneval", "heldout", 2)
+    # Each task's verdict as it is judged, on stderr (stdout is the JSON report).
+    done = [line for line in result.stderr.splitlines() if line.startswith(("rlide eval: 1/2 ", "rlide eval: 2/2 "))]
+    assert len(done) == 2 and all("correct" in line and "solved so far" in line for line in done), result.stderr
+    assert done[1].endswith(f"solved so far {report['passed']}/2")
+    assert 0.0 <= report["pass_at_1"] <= 1.0 and report["passed"] + len(report["failed"]) == 2
     assert report["tasks_source"] == {"builtin": "humaneval"} and report["skipped_trained"] == []
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -295,9 +295,11 @@ def evaluate(
     model: str = "policy",
     checkpoint_step: int | None = None,
     runs_for: RunsFor | None = None,
+    on_result: Callable[[TaskResult, int, int], None] | None = None,
 ) -> EvalReport:
     """`samples` completions per task of `tasks` (one call each), judged in `runner`; bug instances
-    in the sandboxes of `runs_for` (their tests need the repository's import roots on the path)."""
+    in the sandboxes of `runs_for` (their tests need the repository's import roots on the path).
+    `on_result(result, done, of)` hears each task's result as it is judged (progress for a person)."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     drawn_at = 0.0 if samples == 1 else temperature
@@ -314,10 +316,13 @@ def evaluate(
     )
     if tasks.bugs and runs_for is None:
         raise ValueError("bug instances run their project's tests: pass runs_for (a SandboxRuns)")
+    total = len(tasks.bugs) + len(tasks.scenarios)
     for i, bug in enumerate(tasks.bugs):
         assert runs_for is not None
         report.results.append(_judge_bug(policy, bug, runs_for, samples, drawn_at, max_tokens, seed + i))
         log.info("eval.instance", instance=bug.id, done=i + 1, of=len(tasks.bugs), resolved=report.results[-1].correct)
+        if on_result is not None:
+            on_result(report.results[-1], len(report.results), total)
     for i, scenario in enumerate(tasks.scenarios):
         started = time.perf_counter()
         completions = policy(
@@ -326,6 +331,8 @@ def evaluate(
         if len(completions) != samples:
             raise ValueError(f"the policy answered {scenario.id} with {len(completions)} completions, not {samples}")
         report.results.append(_judge(scenario, completions, runner, timeout_s, started))
+        if on_result is not None:
+            on_result(report.results[-1], len(report.results), total)
     return report
 
 
@@ -396,6 +403,7 @@ def eval_current_policy(
     committed: Callable[[], int | None] | None = None,
     upstream: str | None = None,
     runs_for: RunsFor | None = None,
+    on_result: Callable[[TaskResult, int, int], None] | None = None,
 ) -> EvalReport:
     """pass@k of a run's policy (wired as `rlide eval`): the engine `policy serve` would use
     (`gateway.engines.policy_engine`: a cpu run's latest checkpoint, a GPU run's published server, or
@@ -414,4 +422,5 @@ def eval_current_policy(
         model=engine.model_id,
         checkpoint_step=engine.checkpoint_step,
         runs_for=runs_for,
+        on_result=on_result,
     )
