@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -252,6 +253,15 @@ def train(
         float | None,
         typer.Option(min=0.0, help="KL pull towards the base model per trained token, GRPO and SFT (default 0: none)."),
     ] = None,
+    eval_tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="Evaluate the policy during training on these held-out tasks (humaneval or a task file) and"
+            " keep the best checkpoint (`--checkpoint best` of policy serve and eval)."
+        ),
+    ] = None,
+    eval_every: Annotated[int, typer.Option(min=1, help="Committed steps between two evaluations.")] = 10,
+    eval_limit: Annotated[int | None, typer.Option(min=1, help="Evaluate the first N tasks only.")] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -287,16 +297,14 @@ def train(
     except ValueError as exc:
         raise fail(str(exc)) from exc
     runner = None
-    if {"humaneval", "log"} & set(sets):
+    if {"humaneval", "log"} & set(sets) or eval_tasks is not None:
         from envpool.sandbox import SandboxError
         from training.scenarios.sandbox_runner import SandboxRunner
 
         try:
             runner = SandboxRunner(settings.sandbox)  # the student's code is contained like an agent's
         except SandboxError as exc:
-            raise fail(
-                f"--scenarios {scenarios} runs the student's code in the sandbox, which is unavailable: {exc}"
-            ) from exc
+            raise fail(f"the student's code runs in the sandbox, which is unavailable: {exc}") from exc
     given = {
         "base_model": base_model,
         "learning_rate": learning_rate,
@@ -326,6 +334,9 @@ def train(
         sft_view=sft_view.value,
         dpo_batch=dpo_batch,
         include_unverified=settings.train_unverified if include_unverified is None else include_unverified,
+        eval_tasks=eval_tasks,
+        eval_every=eval_every,
+        eval_limit=eval_limit,
     )
     from training.worker.outcome import WorkerInterrupted
 
@@ -451,6 +462,21 @@ def train_status(
         typer.echo(f"  charts over steps: {status.tensorboard}")
 
 
+CHECKPOINT_HELP = (
+    "Which checkpoint of a cpu run: latest (followed as the run trains), best (the best evaluation during"
+    " training, `rlide train --eval-tasks`), or a step number."
+)
+
+
+def _checkpoint_step(spec: str, model_dir: Path) -> int | None:
+    from training.worker.evaluation import checkpoint_choice
+
+    try:
+        return checkpoint_choice(spec, model_dir)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+
+
 @policy_app.command("serve")
 def policy_serve(
     host: Annotated[
@@ -459,6 +485,7 @@ def policy_serve(
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (default RLIDE_POLICY_PORT, 8766).")] = None,
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
+    checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
 ) -> None:
     """Serve /v1/chat/completions and /v1/models; calls under /episodes/{id}/v1 are recorded with logprobs.
 
@@ -489,15 +516,18 @@ def policy_serve(
             err=True,
         )
 
+    config = _backend_config(settings, run)
+    step = _checkpoint_step(checkpoint, config.model_dir())
     try:
         serve(
-            _backend_config(settings, run),
+            config,
             settings.episode_db_url,
             host=bind,
             port=port or settings.policy_port,
             token=token,
             upstream=upstream,
             on_listening=listening,
+            checkpoint=step,
         )
     except (BackendError, AddressUnavailable) as exc:
         raise fail(str(exc)) from exc
@@ -531,6 +561,7 @@ def evaluate(
     ] = False,
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
+    checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
 ) -> None:
     """pass@k (or fix rate) of the current checkpoint on tasks it never trained on, run in the sandbox. Prints JSON."""
     if split not in (None, "heldout", "train"):
@@ -548,6 +579,7 @@ def evaluate(
     from training.scenarios.sandbox_runner import SandboxRunner
 
     config = _backend_config(settings, run)
+    step = _checkpoint_step(checkpoint, config.model_dir())
     try:  # before the sandbox and the model: a refusal costs nothing
         chosen = select_tasks(
             tasks,
@@ -588,6 +620,7 @@ def evaluate(
                 upstream=upstream,
                 runs_for=runs_for,
                 on_result=judged,
+                checkpoint=step,
             )
     except (BackendError, SandboxError) as exc:
         raise fail(str(exc)) from exc

@@ -428,3 +428,46 @@ def test_training_commands_print_no_library_chatter(rlide_exe: Path, rlide_env: 
     assert json.loads(done.stdout)["steps_trained"] == 1
     assert "it/s]" not in done.stderr and "FutureWarning" not in done.stderr, done.stderr[-2000:]
     assert "training_step" in done.stderr
+
+
+def test_evaluation_during_training_keeps_the_best_checkpoint_which_eval_serves(home: Path) -> None:
+    """`rlide train --eval-tasks` evaluates the policy after its steps, keeps the report in the log and
+    the best checkpoint in `best.json`; `rlide eval --checkpoint best` evaluates that one, not the
+    latest, and a checkpoint that does not exist is refused before anything loads."""
+    pytest.importorskip("torch", reason="the training extra is not installed")
+    train_once = ["train", "--once", "--eval-tasks", "humaneval", "--eval-every", "1", "--eval-limit", "2"]
+    first = runner.invoke(app, train_once)
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.stdout)
+    [evaluated] = report["evals"]
+    assert (evaluated["step"], evaluated["tasks"], evaluated["n"]) == (1, "humaneval-heldout", 2)
+    assert report["best_checkpoint"] == {
+        "step": 1, "tasks": "humaneval-heldout", "pass_at_1": evaluated["pass_at_1"], "n": 2
+    }  # fmt: skip
+    assert any(
+        line.startswith("rlide train: eval at step 1: humaneval-heldout pass@1") for line in first.stderr.splitlines()
+    )
+    second = json.loads(runner.invoke(app, train_once).stdout)
+    [later] = second["evals"]
+    best_step = 2 if later["pass_at_1"] > evaluated["pass_at_1"] else 1
+    assert second["best_checkpoint"]["step"] == best_step
+    store = EpisodeStore.open(load_settings().episode_db_url)
+    assert sorted(e.step for e in store.runs.evals("default")) == [1, 2]  # the dashboard's chart reads them
+    store.close()
+
+    served = runner.invoke(app, ["eval", "--checkpoint", "best", "--limit", "1", "--max-tokens", "8"])
+    assert served.exit_code == 0, served.output
+    assert json.loads(served.stdout)["checkpoint_step"] == best_step
+    latest = runner.invoke(app, ["eval", "--limit", "1", "--max-tokens", "8"])
+    assert json.loads(latest.stdout)["checkpoint_step"] == 2
+    missing = runner.invoke(app, ["eval", "--checkpoint", "7", "--limit", "1"])
+    assert missing.exit_code == 1 and "has no checkpoint 7" in missing.stderr
+    bad = runner.invoke(app, ["policy", "serve", "--checkpoint", "newest"])
+    assert bad.exit_code == 1 and "--checkpoint takes latest, best or a step number" in bad.stderr
+
+
+def test_best_is_refused_where_no_evaluation_recorded_one(home: Path) -> None:
+    refused = runner.invoke(app, ["eval", "--checkpoint", "best", "--limit", "1"])
+    assert (
+        refused.exit_code == 1 and "no best checkpoint recorded" in refused.stderr and "--eval-tasks" in refused.stderr
+    )

@@ -560,13 +560,16 @@ def build_gateway(
     token: str | None = None,
     upstream: str | None = None,
     bind_host: str | None = None,
+    checkpoint: int | None = None,
 ) -> Gateway:
-    """The gateway for a run: its engine is `engines.policy_engine`'s choice, never past the step the
-    log committed for the run; `bind_host` as `Gateway` takes it."""
+    """The gateway for a run: its engine is `engines.policy_engine`'s choice (`checkpoint`: a fixed
+    step), never past the step the log committed for the run; `bind_host` as `Gateway` takes it."""
     store = EpisodeStore.open(database_url)
 
     try:
-        engine = policy_engine(config, committed=lambda: store.runs.committed_step(config.run), upstream=upstream)
+        engine = policy_engine(
+            config, committed=lambda: store.runs.committed_step(config.run), upstream=upstream, checkpoint=checkpoint
+        )
     except BaseException:
         store.close()
         raise
@@ -619,8 +622,10 @@ def serve(
     token: str | None = None,
     upstream: str | None = None,
     on_listening: Callable[[str, Gateway], None] | None = None,
+    checkpoint: int | None = None,
 ) -> None:
-    """Run the policy endpoint (wired as `rlide policy serve`). Off loopback a token is required:
+    """Run the policy endpoint (wired as `rlide policy serve`; `checkpoint`: a fixed step of a cpu
+    run, else its latest). Off loopback a token is required:
     `InsecureBind` is raised before the model loads, and `AddressUnavailable` when the port is
     taken. `on_listening(url, gateway)` is called once it accepts requests."""
     import uvicorn
@@ -634,7 +639,9 @@ def serve(
     check_bind(host, token, token_env=TOKEN_ENV)
     sock = listen(host, port)
     try:
-        gateway = build_gateway(config, database_url, token=token, upstream=upstream, bind_host=host)
+        gateway = build_gateway(
+            config, database_url, token=token, upstream=upstream, bind_host=host, checkpoint=checkpoint
+        )
         try:
             Server(uvicorn.Config(gateway.app, log_level="warning")).run(sockets=[sock])
         finally:

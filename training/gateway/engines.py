@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from training.backends.base import BackendConfig, ContextTooLong, checkpoint_steps
+from training.backends.base import BackendConfig, BackendError, ContextTooLong, checkpoint_steps
 from training.gateway.tool_calls import same_tool_calls, with_tool_calls
 
 
@@ -100,12 +100,16 @@ class PolicyEngine(Protocol):
 
 
 class TransformersEngine:
-    """The latest checkpoint of a cpu-backend run on its base model, on transformers (CPU)."""
+    """The latest checkpoint of a cpu-backend run on its base model, on transformers (CPU); or the
+    checkpoint `pinned` (a step, e.g. the run's best), never reloaded."""
 
-    def __init__(self, config: BackendConfig, *, reload_interval_s: float = 2.0) -> None:
+    def __init__(self, config: BackendConfig, *, reload_interval_s: float = 2.0, pinned: int | None = None) -> None:
         self.config = config
         self.model_id = config.model_name
         self.reload_interval_s = reload_interval_s
+        self.pinned = pinned
+        if pinned is not None and pinned not in checkpoint_steps(config.model_dir()):
+            raise BackendError(f"run {config.run!r} has no checkpoint {pinned} under {config.model_dir()}")
         self._lock = threading.Lock()
         self._step = -1
         self._checked = 0.0
@@ -128,7 +132,7 @@ class TransformersEngine:
             return
         self._checked = now
         steps = checkpoint_steps(self.config.model_dir())
-        latest = steps[-1] if steps else 0
+        latest = self.pinned if self.pinned is not None else steps[-1] if steps else 0
         if latest == self._step and self._model is not None:
             return
         from training.backends.cpu import base_model_dir, load_policy, undo_art_mask_patch
@@ -342,15 +346,26 @@ def _upstream_token_ids(choice: dict[str, Any]) -> list[int]:
 
 
 def policy_engine(
-    config: BackendConfig, *, committed: Callable[[], int | None] | None = None, upstream: str | None = None
+    config: BackendConfig,
+    *,
+    committed: Callable[[], int | None] | None = None,
+    upstream: str | None = None,
+    checkpoint: int | None = None,
 ) -> PolicyEngine:
     """The one engine choice of `rlide policy serve` and `rlide eval`: `upstream` when given (an
     OpenAI-compatible server serving the run's model as `{model}@{step}`); else a cpu run's latest
-    checkpoint on transformers; else the policy server the run's worker published (ART's vLLM).
-    `committed`: the run's committed step in the log, which a forwarded request never passes."""
-    from training.backends.base import BackendError
+    checkpoint on transformers (or its `checkpoint`, a step); else the policy server the run's
+    worker published (ART's vLLM). `committed`: the run's committed step in the log, which a
+    forwarded request never passes."""
     from training.backends.served import published
 
+    if checkpoint is not None:
+        if upstream is not None or config.backend != "cpu":
+            raise BackendError(
+                "a fixed checkpoint is served from a cpu run's own folder; a GPU run's server serves"
+                f" `{config.run_model_name}@STEP`: ask it for that model name (--upstream URL)"
+            )
+        return TransformersEngine(config, pinned=checkpoint)
     if upstream is not None:
         return ProxyEngine(upstream, config.model_name, upstream_model=config.run_model_name, committed=committed)
     if config.backend == "cpu":

@@ -404,13 +404,14 @@ def eval_current_policy(
     upstream: str | None = None,
     runs_for: RunsFor | None = None,
     on_result: Callable[[TaskResult, int, int], None] | None = None,
+    checkpoint: int | None = None,
 ) -> EvalReport:
     """pass@k of a run's policy (wired as `rlide eval`): the engine `policy serve` would use
-    (`gateway.engines.policy_engine`: a cpu run's latest checkpoint, a GPU run's published server, or
-    `upstream`); `tasks` from `select_tasks` with the run's `model_dir()`."""
+    (`gateway.engines.policy_engine`: a cpu run's latest checkpoint or its `checkpoint` step, a GPU
+    run's published server, or `upstream`); `tasks` from `select_tasks` with the run's `model_dir()`."""
     from training.gateway.engines import policy_engine
 
-    engine = policy_engine(backend_config, committed=committed, upstream=upstream)
+    engine = policy_engine(backend_config, committed=committed, upstream=upstream, checkpoint=checkpoint)
     engine.refresh()
     return evaluate(
         engine_policy(engine),

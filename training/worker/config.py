@@ -112,6 +112,13 @@ class WorkerConfig:
     dpo_batch: int = 0
     """Most preference pairs (`dpo` export: episodes of one task whose rewards differ by 0.5 or more)
     per DPO step, taken after SFT and before GRPO; 0 (default) turns DPO off."""
+    eval_tasks: str | None = None
+    """Held-out tasks the policy answers during training (`humaneval` or a task file's path; None:
+    no evaluation during training). The best checkpoint on them is kept (`training/worker/evaluation.py`)."""
+    eval_every: int = 10
+    """Committed steps between two evaluations during training."""
+    eval_limit: int | None = None
+    """The first this many tasks of `eval_tasks` (None: all of them)."""
     include_unverified: bool = False
     """Also train on episodes whose reward is only claims (no verified tests, no person's rating) or that
     carry monitor flags nobody cleared (docs/rewards.md); off by default."""

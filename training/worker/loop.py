@@ -84,8 +84,11 @@ from training.scenarios.base import (
     builtin,
     parse_scenario_sets,
 )
+from training.scenarios.errors import VerifierUnavailable
+from training.scenarios.eval import EvalRefused
 from training.scenarios.rollout import RewardRecord, next_attempt, rollout_groups
 from training.worker.config import WorkerConfig, write_run_file
+from training.worker.evaluation import PeriodicEval
 from training.worker.metrics import TENSORBOARD_FOLDER, StepMetrics
 from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerInterrupted, WorkerReport
 from training.worker.progress import Progress, ProgressSampler
@@ -143,6 +146,24 @@ class Worker:
         self._created = False
         """Whether this worker created its run (it did not exist before): see `_discard_if_unused`."""
         self._metrics = StepMetrics(config.backend.model_dir())
+        self._evals = self._periodic_eval()
+
+    def _periodic_eval(self) -> PeriodicEval | None:
+        cfg = self.config
+        if cfg.eval_tasks is None:
+            return None
+        if self.runner is None:
+            raise WorkerError("evaluation during training runs the answers: give the worker a runner (a SandboxRunner)")
+        try:
+            return PeriodicEval(
+                cfg.eval_tasks,
+                every=cfg.eval_every,
+                limit=cfg.eval_limit,
+                max_tokens=cfg.rollout_max_tokens,
+                model_dir=cfg.backend.model_dir(),
+            )
+        except (EvalRefused, VerifierUnavailable, ValueError) as exc:
+            raise WorkerError(f"--eval-tasks {cfg.eval_tasks}: {exc}") from None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -350,6 +371,8 @@ class Worker:
                 self._discard_if_unused()
                 raise
             finally:
+                if self._evals is not None:
+                    self._evals.close()
                 self.backend.close()
                 self.store.close()
                 self._metrics.close()
@@ -417,6 +440,8 @@ class Worker:
                 continue
             if trained:
                 no_signal = 0
+                if self._evals is not None and self._evals.due(report.step):
+                    self._evaluate(report)
             elif trained is False:  # groups existed, none had a signal
                 no_signal += 1
                 if no_signal >= cfg.no_signal_patience:
@@ -447,6 +472,20 @@ class Worker:
                 self.stop.wait(cfg.poll_interval_s)
             else:
                 self.store.runs.set_run_state(cfg.run, RunState.training, None)
+
+    def _evaluate(self, report: WorkerReport) -> None:
+        """The policy as it stands on the held-out tasks; the report kept in the log and on the
+        charts, and the best checkpoint recorded (`training/worker/evaluation.py`)."""
+        assert self._evals is not None and self.backend is not None and self.store is not None
+        assert self.progress is not None and self.runner is not None
+        self.progress.begin("evaluating", f"step {report.step} on {self._evals.tasks}")
+        evaluated = self._evals.run(self.backend, self.runner, report.step, self.config.backend.run_model_name)
+        r = evaluated.report
+        self.store.runs.record_eval(self.config.run, r.set_name, r.to_dict())
+        self._metrics.write(report.step, {f"eval/{r.set_name}/pass@1": r.pass_at_1})
+        report.evals.append({"step": report.step, "tasks": r.set_name, "pass_at_1": r.pass_at_1, "n": r.n})
+        report.best_checkpoint = evaluated.best.model_dump()
+        self.progress.say(evaluated.line())
 
     def _dpo_pairs_waiting_while_off(self) -> int:
         """Preference pairs in the log a run with DPO off leaves untrained (0 when DPO is on)."""

@@ -76,6 +76,10 @@ class WorkerReport:
     """One line per cause of data left untrained in this invocation, with what to change."""
     nothing_trained: str | None = None
     """When no step trained: one line saying why and what to change."""
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    """Evaluations during training (`eval_tasks`): step, tasks, pass_at_1, n."""
+    best_checkpoint: dict[str, Any] | None = None
+    """The best checkpoint on `eval_tasks` so far (`best.json`), once one was evaluated."""
 
 
 class WorkerInterrupted(KeyboardInterrupt):
