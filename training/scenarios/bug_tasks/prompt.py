@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from training.scenarios.bug_tasks.judge import PreparedInstance, is_source
-from training.scenarios.edits import ANSWER_FORMAT, FunctionSite
+from training.scenarios.edits import ANSWER_FORMAT, FunctionSite, functions_of, shown_sites
 
 MAX_CODE_CHARS = 6_000
 MAX_FUNCTIONS = 4
@@ -38,22 +38,11 @@ class _Def:
 
 
 def _definitions(prepared: PreparedInstance) -> list[_Def]:
-    found: list[_Def] = []
-    for path in sorted(p for p in prepared.start if is_source(prepared, p)):
-        try:
-            tree = ast.parse(prepared.start[path])
-        except (SyntaxError, ValueError):
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                found.append(_Def(path, node.name, node))
-            elif isinstance(node, ast.ClassDef):
-                found += [
-                    _Def(path, f"{node.name}.{item.name}", item)
-                    for item in node.body
-                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
-                ]
-    return found
+    return [
+        _Def(path, qualname, node)
+        for path in sorted(p for p in prepared.start if is_source(prepared, p))
+        for qualname, node in functions_of(prepared.start[path])
+    ]
 
 
 def _enclosing(defs: list[_Def], path: str, line: int) -> _Def | None:
@@ -106,8 +95,7 @@ def involved(prepared: PreparedInstance, output: str) -> list[_Def]:
 def bug_prompt(prepared: PreparedInstance, output: str) -> Shown:
     """The prompt for `prepared`, from its start state's FAIL_TO_PASS `output`."""
     parts = [f"Fix a bug in the repository {prepared.instance.repo}.", prepared.instance.problem_statement.strip()]
-    sites: dict[str, FunctionSite] = {}
-    bare: dict[str, list[FunctionSite]] = {}
+    sites: list[FunctionSite] = []
     budget = MAX_CODE_CHARS
     for d in involved(prepared, output):
         lines = prepared.start[d.path].splitlines(keepends=True)
@@ -117,12 +105,9 @@ def bug_prompt(prepared: PreparedInstance, output: str) -> Shown:
             continue
         budget -= len(code)
         parts.append(f"{d.path}, {d.qualname}:\n```python\n{code.rstrip()}\n```")
-        site = FunctionSite(d.path, d.qualname)
-        sites[d.qualname] = site
-        bare.setdefault(d.node.name, []).append(site)
-    sites.update({name: found[0] for name, found in bare.items() if len(found) == 1 and name not in sites})
+        sites.append(FunctionSite(d.path, d.qualname))
     parts.append(ANSWER_FORMAT)
-    return Shown("\n\n".join(parts), sites)
+    return Shown("\n\n".join(parts), shown_sites(sites))
 
 
 __all__ = ["Shown", "bug_prompt", "involved"]
