@@ -114,6 +114,10 @@ class BackendConfig:
     have said, so narrow demonstrations cost less elsewhere)."""
     dpo_beta: float = 0.1
     """DPO: how strongly the preference margin is pushed (the beta of the DPO paper and TRL)."""
+    gradient_checkpointing: bool | None = None
+    """cpu backend: keep each layer's input only and recompute its activations in the backward pass,
+    for a step on a long episode in less memory and more time (figures: docs/training.md). None:
+    on for a step whose longest sequence passes 1,024 tokens."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Backend-specific options (e.g. lora rank, ART's dev.TrainConfig keys)."""
 

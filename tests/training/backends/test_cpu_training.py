@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -395,3 +396,52 @@ def test_checkpoints_trained_with_another_log_are_refused_not_rolled_back(tmp_pa
     crashed = config("step3.db")  # the log lost step 4's commit: its checkpoint is rolled back
     assert train(crashed, once=True).step == 4
     assert checkpoint_steps(folder) == [1, 2, 3, 4]
+
+
+def test_gradient_checkpointing_takes_the_same_step_and_turns_on_for_long_sequences(tmp_path: Path) -> None:
+    """Recomputing activations in the backward pass changes memory, not the step: the same SFT and
+    GRPO steps give the same losses and the same adapter with it on and off; left to rlide (None), it
+    is on for a step whose longest sequence passes CHECKPOINTING_FROM_TOKENS, off below."""
+    import torch
+
+    from training.backends.cpu import CHECKPOINTING_FROM_TOKENS
+
+    conversation = {
+        "messages": [{"role": "user", "content": "count " * 40}, {"role": "assistant", "content": "1 2 3 4 5 6"}]
+    }
+    [task] = toy_scenarios()[:1]
+
+    def steps(checkpointing: bool | None, folder: str) -> tuple[Any, list[float], dict[str, torch.Tensor]]:
+        backend = make_backend(BackendConfig(path=tmp_path / folder, gradient_checkpointing=checkpointing, seed=3))
+        backend.start()
+        losses = [backend.train_sft([conversation]).metrics["losses/sft_loss"]]
+        messages = list(task.messages)
+        choices = backend.sample(messages, n=2, max_tokens=6, temperature=1.0, seed=1)
+        trajectories = [
+            Trajectory([*messages, encode_choice(c)], reward=float(i), policy_step=1) for i, c in enumerate(choices)
+        ]
+        losses.append(backend.train([Group(key="g", trajectories=trajectories)]).metrics["losses/policy_loss"])
+        weights = {k: v.detach().clone() for k, v in backend.model.named_parameters() if v.requires_grad}
+        return backend, losses, weights
+
+    off, off_losses, off_weights = steps(False, "off")
+    on, on_losses, on_weights = steps(True, "on")
+    assert on._checkpointing and not off._checkpointing
+    assert on_losses == pytest.approx(off_losses, rel=1e-4, abs=1e-6)
+    assert on_weights.keys() == off_weights.keys()
+    for name, value in on_weights.items():
+        torch.testing.assert_close(value, off_weights[name], rtol=1e-4, atol=1e-6, msg=name)
+    off.close()
+    on.close()
+
+    auto = make_backend(BackendConfig(path=tmp_path / "auto", max_seq_len=4 * CHECKPOINTING_FROM_TOKENS))
+    auto.start()
+    auto.train_sft([conversation])
+    assert not auto._checkpointing  # short: activations are small, keep the speed
+    words = "count " * (CHECKPOINTING_FROM_TOKENS // 2)  # about 2,000 tokens of the tiny tokenizer
+    long = {"messages": [{"role": "user", "content": words}, conversation["messages"][1]]}
+    auto.train_sft([long])
+    assert auto._checkpointing
+    auto.train_sft([conversation])
+    assert not auto._checkpointing
+    auto.close()
