@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from envpool.verifiers.patches import apply_patch
+from training.scenarios.bug_tasks.generate import diff
 from training.scenarios.bug_tasks.judge import prepare
+from training.scenarios.bug_tasks.repo import commit_tree, write_archive
 from training.scenarios.edits import apply_answer
 from training.scenarios.task_file import read_task_file
 
@@ -60,21 +62,66 @@ def test_the_sign_test_is_exact_and_two_sided() -> None:
     assert sign_test(before, before)["p_two_sided"] == 1.0
 
 
-def _one_instance_file(source: Path, dest: Path, name: str) -> Path:
-    line = source.read_text().splitlines()[0]
-    instance = json.loads(line)
-    shutil.copy(source.parent / instance["repo_archive"], dest / instance["repo_archive"])
-    path = dest / name
-    path.write_text(line + "\n")
-    return path
+CALC = """def add(a, b):
+    return a + b
+
+
+def scale(values, factor):
+    return [v * factor for v in values]
+"""
+CALC_TESTS = """from calc import add, scale
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_add_negative():
+    assert add(-2, 3) == 1
+
+
+def test_scale():
+    assert scale([1, 2], 3) == [3, 6]
+
+
+def test_scale_empty():
+    assert scale([], 3) == []
+"""
+
+
+def _bug_files(folder: Path) -> tuple[Path, Path]:
+    """A small library as one git commit (its archive beside the files), with one train bug (in
+    `add`) and one held-out bug (in `scale`): the instance format the generator writes."""
+    root = folder / "calc-src"
+    (root / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text(CALC)
+    (root / "tests" / "test_calc.py").write_text(CALC_TESTS)
+    commit = commit_tree(root)
+    write_archive(root, folder / "calc.repo.tar.gz")
+
+    def instance(name: str, wrong: str, right: str, failing: list[str], passing: list[str]) -> str:
+        bugged = CALC.replace(right, wrong)
+        tests = [f"tests/test_calc.py::{t}" for t in failing], [f"tests/test_calc.py::{t}" for t in passing]
+        return json.dumps(
+            {
+                "instance_id": f"calc__{name}", "repo": "example/calc", "base_commit": commit,
+                "patch": diff("calc.py", bugged, CALC), "test_patch": "", "FAIL_TO_PASS": tests[0],
+                "PASS_TO_PASS": tests[1], "problem_statement": f"{', '.join(tests[0])} fail.",
+                "repo_archive": "calc.repo.tar.gz", "bug_patch": diff("calc.py", CALC, bugged),
+            }
+        )  # fmt: skip
+
+    train, heldout = folder / "train.jsonl", folder / "heldout.jsonl"
+    train.write_text(instance("add", "a - b", "a + b", ["test_add", "test_add_negative"], ["test_scale"]) + "\n")
+    heldout.write_text(instance("scale", "v + factor", "v * factor", ["test_scale"], ["test_add"]) + "\n")
+    return train, heldout
 
 
 @pytest.mark.slow
 @pytest.mark.training
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 def test_the_benchmark_runs_on_bug_files_end_to_end(tmp_path: Path) -> None:
-    train = _one_instance_file(BUGS / "more-itertools-train.jsonl", tmp_path, "train.jsonl")
-    heldout = _one_instance_file(BUGS / "cachetools-heldout.jsonl", tmp_path, "heldout.jsonl")
+    train, heldout = _bug_files(tmp_path)
     out = tmp_path / "report.json"
     done = subprocess.run(
         [
@@ -90,15 +137,16 @@ def test_the_benchmark_runs_on_bug_files_end_to_end(tmp_path: Path) -> None:
     [episode] = report["teacher"]["episodes"]
     assert report["teacher"]["kind"] == "oracle"
     # The project's tests, not the oracle's word, paid the episode: the failing tests now pass.
-    assert episode["reward_total"] == 1.0 and "failing tests pass" in episode["verdict"]
+    assert episode["reward_total"] == 1.0 and episode["verdict"].startswith("2 of 2 failing tests pass"), episode
     assert report["teacher"]["sft_records"] == 1 and report["teacher"]["replay_scenarios"] == 1
-    assert "<<<<<<< SEARCH" in report["teacher"]["sft_example"]["messages"][-1]["content"]
+    answer = report["teacher"]["sft_example"]["messages"][-1]["content"]
+    assert "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n" in answer  # the fix, as the student answers
     [seed] = report["seeds"].values()
-    assert seed["sft"] and len(seed["grpo"]) == 1 and seed["grpo"][0]["groups"] == 1
-    heldout_id = json.loads(heldout.read_text())["instance_id"]
-    assert report["instances"]["heldout"] == [heldout_id]
+    [grpo] = seed["grpo"]
+    assert seed["sft"] and grpo["groups"] == 1 and grpo["scenarios"] == [f"episode/{episode['episode_id']}"], grpo
+    assert report["instances"]["heldout"] == ["calc__scale"]
     for when in (report["before"], report["control"], seed["after_sft"], seed["after"]):
-        assert set(when["greedy"]["rates"]) == {heldout_id}
+        assert set(when["greedy"]["rates"]) == {"calc__scale"}
     assert report["control"]["greedy"]["shots"] == 1
     assert report["heldout"]["primary"] == "greedy"
     assert set(report["heldout"]["greedy"]["after_vs_before"]["sign_test"]) == {"improved", "worsened", "p_two_sided"}
