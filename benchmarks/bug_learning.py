@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from learning import Evaluator, change, log, mean_interval, wilson
+from learning import Evaluator, change, log, mean_interval, pass_rates
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",
@@ -278,18 +278,9 @@ class BugEvaluator:
             scored = [score(task.posed, answer, self.runs) for answer in drawn]
             resolved[task.id] = sum(s.resolved for s in scored)
             details[task.id] = next((s.detail for s in scored if not s.resolved), "")
-        rates = {k: v / samples for k, v in resolved.items()}
-        total = sum(resolved.values())
-        interval = wilson(total, len(tasks)) if samples == 1 else mean_interval(list(rates.values()))
         return {
-            "n": len(tasks),
-            "samples": samples,
-            "temperature": temperature,
+            **pass_rates(resolved, samples, temperature),
             "shots": shots,
-            "passed": total,
-            "pass_at_1": sum(rates.values()) / max(1, len(tasks)),
-            "ci95": [max(0.0, interval[0]), min(1.0, interval[1])],
-            "rates": rates,
             "detail": details,
             "answers": {t.id: drawn[0] for t, drawn in zip(tasks, answers, strict=True)},
         }

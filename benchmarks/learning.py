@@ -194,21 +194,28 @@ class Evaluator:
             for answer in drawn:
                 with contextlib.suppress(VerifierUnavailable):  # the sandbox could not judge it: a fail
                     passed[problem["task_id"]] += int(humaneval_verdict(problem, answer, self.runner, 10.0).passed)
-        rates = {task: count / samples for task, count in passed.items()}
-        passed_total = sum(passed.values())
-        pass_at_1 = sum(rates.values()) / len(problems)
-        interval = wilson(passed_total, len(problems)) if samples == 1 else mean_interval(list(rates.values()))
         return {
-            "n": len(problems),
-            "samples": samples,
-            "temperature": temperature,
-            "passed": passed_total,
-            "pass_at_1": pass_at_1,
-            "ci95": [max(0.0, interval[0]), min(1.0, interval[1])],
-            "failed": [task for task, rate in rates.items() if rate == 0],
-            "rates": rates,
+            **pass_rates(passed, samples, temperature),
             "answers": {p["task_id"]: drawn[0] for p, drawn in zip(problems, answers, strict=True)},
         }
+
+
+def pass_rates(passed: dict[str, int], samples: int, temperature: float) -> dict[str, Any]:
+    """pass@1 from each problem's count of passing answers out of `samples`: greedy (one sample)
+    with its Wilson interval, else the mean of the problems' rates with a normal interval."""
+    rates = {task: count / samples for task, count in passed.items()}
+    total = sum(passed.values())
+    interval = wilson(total, len(passed)) if samples == 1 else mean_interval(list(rates.values()))
+    return {
+        "n": len(passed),
+        "samples": samples,
+        "temperature": temperature,
+        "passed": total,
+        "pass_at_1": sum(rates.values()) / max(1, len(passed)),
+        "ci95": [max(0.0, interval[0]), min(1.0, interval[1])],
+        "failed": [task for task, rate in rates.items() if rate == 0],
+        "rates": rates,
+    }
 
 
 def change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
