@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from learning import Evaluator, change, log, mean_interval, pass_rates
+from student_eval import Evaluator, change, log, mean_interval, pass_rates
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",
