@@ -165,5 +165,6 @@ def test_train_json_is_alone_on_stdout_when_a_library_prints(rlide_exe: Path) ->
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     report = json.loads(done.stdout)
-    assert report["run"] == "default" and report["rollouts"] == 2
+    # 2 rollouts, or 4 when the first group came out flat and another scenario was drawn in its place.
+    assert report["run"] == "default" and report["rollouts"] in (2, 4)
     assert b"Give Feedback" in done.stderr and b"judge_failed" in done.stderr
