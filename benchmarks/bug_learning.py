@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import math
 import os
-import platform
 import random
 import resource
 import subprocess
@@ -50,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from student_eval import Evaluator, change, log, mean_interval, pass_rates
+from student_eval import Evaluator, change, log, machine, mean_interval, pass_rates
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",
@@ -316,13 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mode": "bug instances",
         "model": args.model,
         "teacher": {"kind": "oracle", "what": TEACHER},
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_before": os.getloadavg(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": machine(),
         "config": {k: str(v) if isinstance(v, (Path, list)) else v for k, v in vars(args).items() if k != "out"},
     }
     started_all = time.perf_counter()

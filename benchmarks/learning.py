@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import resource
 import subprocess
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(HERE))
 
 from shipkit_tasks import CORE, records  # noqa: E402
-from student_eval import Evaluator, change, log  # noqa: E402
+from student_eval import Evaluator, change, log, machine  # noqa: E402
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"
 
@@ -138,13 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     report: dict[str, Any] = {
         "model": args.model,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "load_before": os.getloadavg(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": machine(),
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot")},
     }
     shipkit = records()

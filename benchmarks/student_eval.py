@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import platform
 import sys
 import time
 from typing import Any
@@ -130,3 +132,16 @@ def log(what: dict[str, Any]) -> None:
     """Progress on stderr: an evaluation as passed/n per task set, anything else as it is."""
     brief = {k: f"{v['passed']}/{v['n']}" if isinstance(v, dict) and "passed" in v else v for k, v in what.items()}
     print(json.dumps(brief, default=str), file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    """Where a benchmark ran: CPUs, torch's threads, the load before it, Python and torch versions."""
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_before": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
