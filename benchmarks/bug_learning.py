@@ -99,10 +99,13 @@ def read_bugs(paths: list[Path]) -> list[Any]:
 
 def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
     """`patch` (a unified diff from `start`) as search/replace blocks, one per hunk: the form the
-    student is asked to answer in. Falls back to the diff itself in a ```diff block when a block's
-    search text would not apply as the diff does (not unique in its file, say)."""
+    student is asked to answer in. Each block keeps only as much of its hunk's context as makes its
+    search text unique in the file: the demonstration is the change, not three lines either side
+    copied out (a 0.5B model imitates the length too, and every token copied is one that can go
+    wrong and one more to decode). Falls back to the diff itself in a ```diff block when the blocks
+    would not apply as the diff does."""
     from envpool.verifiers.patches import apply_patch
-    from training.scenarios.edits import EditError, apply_answer
+    from training.scenarios.edits import EditError, apply_answer, find_lines
 
     blocks: list[str] = []
     path = ""
@@ -123,6 +126,7 @@ def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
                 if body.startswith((" ", "+")) or body == "":
                     new.append(body[1:])
                 i += 1
+            old, new = _least_context(start.get(path, ""), old, new, find_lines)
             blocks.append(
                 f"{path}\n<<<<<<< SEARCH\n" + "".join(f"{x}\n" for x in old) + "=======\n"
                 + "".join(f"{x}\n" for x in new) + ">>>>>>> REPLACE"
@@ -136,6 +140,20 @@ def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
     except EditError:
         pass
     return f"```diff\n{patch}```"
+
+
+def _least_context(text: str, old: list[str], new: list[str], find: Any) -> tuple[list[str], list[str]]:
+    """A hunk's lines without the context lines (equal on both sides, at either end) that its
+    search text does not need to stay unique in `text`."""
+
+    def unique(lines: list[str]) -> bool:
+        return any(x.strip() for x in lines) and find(text, "".join(f"{x}\n" for x in lines)) is not None
+
+    while len(old) > 1 and len(new) > 1 and old[0] == new[0] and unique(old[1:]):
+        old, new = old[1:], new[1:]
+    while len(old) > 1 and len(new) > 1 and old[-1] == new[-1] and unique(old[:-1]):
+        old, new = old[:-1], new[:-1]
+    return old, new
 
 
 def pose_all(bugs: list[Any], runs: Any, timeout_s: float) -> tuple[list[Task], dict[str, str]]:

@@ -52,6 +52,20 @@ def test_a_hunk_whose_text_is_not_unique_is_answered_as_the_diff() -> None:
     assert search_replace_blocks(one, alone).startswith("m.py\n<<<<<<< SEARCH")
 
 
+def test_a_block_keeps_only_the_context_that_makes_its_search_text_unique() -> None:
+    start = {"m.py": "def f(x):\n    y = x\n    y = y + 1\n    return y\n\n\ndef g(x):\n    y = x\n    return y\n"}
+    header = "--- a/m.py\n+++ b/m.py\n"
+    patch = header + "@@ -1,4 +1,4 @@\n def f(x):\n     y = x\n-    y = y + 1\n+    y = y - 1\n     return y\n"
+    answer = search_replace_blocks(patch, start)
+    assert answer == "m.py\n<<<<<<< SEARCH\n    y = y + 1\n=======\n    y = y - 1\n>>>>>>> REPLACE"
+    removed = header + "@@ -1,4 +1,3 @@\n def f(x):\n     y = x\n-    y = y + 1\n     return y\n"
+    answer = search_replace_blocks(removed, start)  # a deletion keeps a line to replace with
+    assert answer.count("\n") > 4 and apply_answer(start, answer, {}) == apply_patch(start, removed).files
+    twice = header + "@@ -7,3 +7,3 @@\n def g(x):\n-    y = x\n+    y = -x\n     return y\n"
+    answer = search_replace_blocks(twice, start)  # `    y = x` is in both functions: one neighbour stays
+    assert answer == "m.py\n<<<<<<< SEARCH\n    y = x\n    return y\n=======\n    y = -x\n    return y\n>>>>>>> REPLACE"
+
+
 def test_the_sign_test_is_exact_and_two_sided() -> None:
     before = {str(i): 0.0 for i in range(6)}
     five_up = {**before, **{str(i): 1.0 for i in range(5)}}

@@ -43,7 +43,7 @@ ANSWER_FORMAT = """Answer with the fix only, in one of these forms:
 
 1. One or more SEARCH/REPLACE blocks: the file's path on its own line, then
 <<<<<<< SEARCH
-(lines copied exactly from the file)
+(the lines to change, copied exactly from the file: only as many as make them unique)
 =======
 (the lines that replace them)
 >>>>>>> REPLACE
@@ -109,14 +109,14 @@ def _search_replace(files: Mapping[str, str], answer: str, shown_paths: list[str
         path, search, replace = match.group(1), match.group(2), match.group(3)
         if not search.strip():
             raise EditError(f"block {number}: the SEARCH part is empty: copy the lines to replace from the file")
-        candidates = [path] if path else [p for p in shown_paths if _find(out.get(p, ""), search) is not None]
+        candidates = [path] if path else [p for p in shown_paths if find_lines(out.get(p, ""), search) is not None]
         if path and path not in out:
             raise EditError(f"block {number}: there is no file {path!r}")
         if len(candidates) != 1:
             where = "none of the files shown" if not candidates else ", ".join(candidates)
             raise EditError(f"block {number}: the SEARCH text is in {where}: put the file's path on the line before it")
         target = candidates[0]
-        span = _find(out[target], search)
+        span = find_lines(out[target], search)
         if span is None:
             raise EditError(f"block {number}: the SEARCH text is not in {target} exactly once: copy it exactly")
         start, end = span
@@ -124,7 +124,7 @@ def _search_replace(files: Mapping[str, str], answer: str, shown_paths: list[str
     return out
 
 
-def _find(text: str, search: str) -> tuple[int, int] | None:
+def find_lines(text: str, search: str) -> tuple[int, int] | None:
     """Where `search` (whole lines) occurs exactly once in `text`, trailing spaces aside, or None."""
     lines = text.splitlines(keepends=True)
     wanted = [line.rstrip() for line in search.splitlines()]
@@ -228,6 +228,7 @@ __all__ = [
     "apply_answer",
     "extract_patch",
     "find_function",
+    "find_lines",
     "functions_of",
     "shown_sites",
 ]

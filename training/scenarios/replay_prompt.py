@@ -10,6 +10,10 @@ non-Python file) and a function too large for the budget are shown as a bounded 
 start file around the changed lines. Test files the judge restores (the verifier's trusted files)
 are never shown: an edit there counts for nothing.
 
+A function the task's own text already shows whole (a bug instance's prompt does, and so does
+an agent's task that pasted it) is not shown twice, and neither is the answer format: the replay
+reads as the task did, with the failing tests and the files to change added.
+
 The completion budget is sized from what is shown: rewriting every shown function must fit, with
 headroom for fences and markers.
 """
@@ -125,10 +129,12 @@ def replay_prompt(
             if len(function.code) > budget:  # shown as an excerpt around its changed lines instead
                 outside += function.changed
                 continue
-            budget -= len(function.code)
             shown_chars += len(function.code)
-            parts.append(f"{path}, {function.qualname}:\n```python\n{function.code.rstrip()}\n```")
             sites.append(FunctionSite(path, function.qualname))
+            if function.code.rstrip() in task:  # the task shows it already (a bug instance's prompt does)
+                continue
+            budget -= len(function.code)
+            parts.append(f"{path}, {function.qualname}:\n```python\n{function.code.rstrip()}\n```")
         found = _excerpt(before, outside, min(budget, EXCERPT_CHARS)) if outside else None
         if found is not None:
             code, first, last = found
@@ -138,7 +144,8 @@ def replay_prompt(
             excerpts.append(path)
     if changed:
         parts.append("Files to change: " + ", ".join(changed))
-    parts.append(ANSWER_FORMAT)
+    if ANSWER_FORMAT not in task:
+        parts.append(ANSWER_FORMAT)
     if any(start.get(path) is None and end.get(path) is not None for path in changed):
         parts.append("To create a file, answer with a unified diff in a ```diff block instead.")
     max_tokens = None

@@ -10,7 +10,7 @@ from episodes.records import EpisodeStatus, RewardSource
 from episodes.store import EpisodeStore
 from tests.logdata import replayable
 from training.scenarios.base import LogScenarios, parse_scenario_sets, scenarios_from_log
-from training.scenarios.edits import FunctionSite, apply_answer
+from training.scenarios.edits import ANSWER_FORMAT, FunctionSite, apply_answer
 from training.scenarios.replay_prompt import (
     CHARS_PER_TOKEN,
     HEADROOM_TOKENS,
@@ -106,6 +106,17 @@ def test_a_replay_prompt_shows_the_functions_the_change_touched_not_the_file() -
     # The rewrite the prompt asks for applies through the same reader the verifier uses.
     answer = "```python\n@staticmethod\ndef area(w, h):\n    return w * h\n```"
     assert apply_answer({"shape.py": MODULE}, answer, prompt.sites, prompt.excerpts) == {"shape.py": fixed}
+
+
+def test_a_function_the_task_already_shows_is_not_shown_twice() -> None:
+    fixed = MODULE.replace("return w + h", "return w * h")
+    area = "    @staticmethod\n    def area(w, h):\n        return w + h"
+    task = f"Fix a bug.\n\nshape.py, Shape.area:\n```python\n{area}\n```\n\n{ANSWER_FORMAT}"
+    prompt = replay_prompt(task, ["tests/test_shape.py::test_area"], {"shape.py": MODULE}, {"shape.py": fixed}, {})
+    assert prompt.text.count("def area") == 1 and prompt.text.count(ANSWER_FORMAT) == 1
+    assert prompt.text.startswith(task) and "tests/test_shape.py::test_area" in prompt.text
+    assert prompt.sites["area"] == FunctionSite("shape.py", "Shape.area")  # a rewrite of it still applies
+    assert prompt.max_tokens is not None and prompt.max_tokens >= MIN_TOKENS
 
 
 def test_a_change_outside_any_function_is_shown_as_a_bounded_excerpt() -> None:
