@@ -45,7 +45,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,19 +159,17 @@ def _least_context(text: str, old: list[str], new: list[str], find: Any) -> tupl
 def pose_all(bugs: list[Any], runs: Any, timeout_s: float) -> tuple[list[Task], dict[str, str]]:
     """Each instance posed (its FAIL_TO_PASS run on the start state), and those that cannot be judged
     with why (an instance's fault, never counted against the model). An answer's judged run may take
-    `timeout_s` (a project's default is 300 s: one answer that loops forever would cost 5 minutes)."""
+    `timeout_s` (`attempt.pose`)."""
     from training.scenarios.bug_tasks.attempt import pose
     from training.scenarios.errors import VerifierUnavailable
 
     tasks, unverifiable = [], {}
     for bug in bugs:
         try:
-            posed = pose(bug, runs)
+            posed = pose(bug, runs, timeout_s)
         except VerifierUnavailable as exc:
             unverifiable[bug.id] = str(exc)
             continue
-        tests = replace(posed.prepared.tests, timeout_s=min(timeout_s, posed.prepared.tests.timeout_s))
-        posed = replace(posed, prepared=replace(posed.prepared, tests=tests))
         tasks.append(Task(bug, posed, search_replace_blocks(bug.instance.patch, posed.prepared.start)))
     return tasks, unverifiable
 

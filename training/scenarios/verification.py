@@ -254,8 +254,9 @@ def trusted_texts(digests: Mapping[str, str | None], head: Mapping[str, str], co
     return out
 
 
-REPLAY_TIMEOUT_S = 60.0
-"""Longest judged run of a replayed episode's answer (`replay_reward`)."""
+ANSWER_TIMEOUT_S = 60.0
+"""Longest judged run of a model's answer: to a replayed episode (`replay_reward`) or to a bug
+instance (`bug_tasks.attempt.pose`), unless the project's own limit is lower."""
 
 
 def replay_reward(
@@ -267,12 +268,12 @@ def replay_reward(
     `training.scenarios.base`), then judged like the episode's end state. `files_at` reads the start
     commit's files. An answer with no edit that applies, or one that changes nothing, is the start
     state: 0, with no run. A scenario logged before `shown` was recorded still takes diffs and
-    SEARCH/REPLACE blocks that name their file. The run may take `REPLAY_TIMEOUT_S` at most (or the
+    SEARCH/REPLACE blocks that name their file. The run may take `ANSWER_TIMEOUT_S` at most (or the
     project's own limit, if lower): an answer sampled from a policy in training that loops forever
     would otherwise hold a rollout for the project's whole limit (300 s by default), and a hang
     is a fail either way."""
     tests = ProjectTests.from_json(data["project"])
-    tests = replace(tests, timeout_s=min(tests.timeout_s, REPLAY_TIMEOUT_S))
+    tests = replace(tests, timeout_s=min(tests.timeout_s, ANSWER_TIMEOUT_S))
     head = files_at()
     start = _applied(head, {**data.get("files", {}), **dict.fromkeys(data.get("deleted", []))})
     shown = {name: FunctionSite(path, qualname) for name, (path, qualname) in data.get("shown", {}).items()}

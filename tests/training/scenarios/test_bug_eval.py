@@ -20,6 +20,7 @@ from training.scenarios.bug_tasks.judge import SandboxRuns
 from training.scenarios.bug_tasks.repo import commit_tree, write_archive
 from training.scenarios.eval import evaluate, select_tasks
 from training.scenarios.snapshots import unified_diff
+from training.scenarios.verification import ANSWER_TIMEOUT_S
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 
@@ -142,3 +143,14 @@ def test_a_candidate_that_edits_the_tests_or_the_conftest_is_not_resolved(instan
         scored = score(posed, answer, runs)
         assert not scored.resolved, (name, scored)
         assert "failing tests pass" in scored.detail, (name, scored)  # judged, not refused as malformed
+
+
+def test_an_answer_that_loops_forever_fails_within_the_answer_limit(instance_file: Path, runs: Any) -> None:
+    [task] = select_tasks(str(instance_file)).bugs
+    assert pose(task, runs).prepared.tests.timeout_s == ANSWER_TIMEOUT_S  # not the project's 300 s
+    posed = pose(task, runs, answer_timeout_s=3)
+    assert posed.prepared.tests.timeout_s == 3
+    loop = f"{MODULE}\n<<<<<<< SEARCH\n{WRONG.join(['    iterator = takewhile(len, ', ')'])}\n=======\n"
+    loop += "    while True:\n        pass\n>>>>>>> REPLACE\n"
+    scored = score(posed, loop, runs)
+    assert not scored.resolved and "time" in scored.detail.lower(), scored.detail

@@ -239,7 +239,7 @@ def test_an_answer_that_loops_forever_is_cut_at_the_replay_limit_and_earns_nothi
 ) -> None:
     """A policy in training samples loops: the judged run is limited to the replay's limit, not the
     project's 300 s, and a run cut there pays nothing."""
-    monkeypatch.setattr(verification, "REPLAY_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(verification, "ANSWER_TIMEOUT_S", 3.0)
     limits: list[float] = []
 
     class Recording:

@@ -9,7 +9,7 @@ PASS_TO_PASS test still does. An answer with no edit that applies is the start s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from envpool.verifiers.reports import PASSED
@@ -18,6 +18,7 @@ from training.scenarios.bug_tasks.judge import PreparedInstance, RunsFor, failur
 from training.scenarios.bug_tasks.prompt import Shown, bug_prompt
 from training.scenarios.edits import EditError, apply_answer
 from training.scenarios.errors import VerifierUnavailable
+from training.scenarios.verification import ANSWER_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,10 @@ class Scored:
     detail: str
 
 
-def pose(task: BugTask, runs_for: RunsFor) -> Posed:
-    """The instance ready to be answered. Raises `VerifierUnavailable` when it cannot be judged."""
+def pose(task: BugTask, runs_for: RunsFor, answer_timeout_s: float = ANSWER_TIMEOUT_S) -> Posed:
+    """The instance ready to be answered. Raises `VerifierUnavailable` when it cannot be judged.
+    An answer's judged run may take `answer_timeout_s` (or the project's limit, if lower): a
+    project's default is 300 s, and one answer that loops forever would cost all of it."""
     prepared = prepare(task.instance, task.folder)
     report, output = failure_run(prepared, runs_for)
     if report is None or not report.complete:
@@ -56,7 +59,8 @@ def pose(task: BugTask, runs_for: RunsFor) -> Posed:
     passing = [t for t in prepared.instance.fail_to_pass if report.outcomes.get(t) in PASSED]
     if passing:
         raise VerifierUnavailable(f"{task.id}: FAIL_TO_PASS tests pass on the start state already: {passing[:3]}")
-    return Posed(prepared, bug_prompt(prepared, output))
+    tests = replace(prepared.tests, timeout_s=min(answer_timeout_s, prepared.tests.timeout_s))
+    return Posed(replace(prepared, tests=tests), bug_prompt(prepared, output))
 
 
 def score(posed: Posed, answer: str, runs_for: RunsFor) -> Scored:
