@@ -463,7 +463,8 @@ class Server:
         self.cap_header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
         self.cap_data = (ctypes.c_uint32 * 6)()
         env = {
-            "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            # `pytest` and `py.test` as agents type them (the plugins' bin/: `python -m pytest`).
+            "PATH": f"{self.bin_dir}:{os.path.join(plugins, 'bin')}:/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONIOENCODING": "utf-8",

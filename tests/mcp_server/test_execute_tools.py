@@ -132,6 +132,9 @@ async def test_run_tests_reports_the_failing_tests_and_pays_nothing(client: Clie
     # The agent reads pytest's own output; the report's marker lines stay between rlide and the sandbox.
     assert "1 failed, 1 passed" in first["stdout"] and "2 passed" in fixed["stdout"]
     assert not any("rlide-test-report" in r["stdout"] or "rlide-patch-applied" in r["stdout"] for r in (first, fixed))
+    for typed in ("pytest -q", "py.test -q"):  # as agents type it: the same run, not `pytest: not found`
+        again = await call_ok(client, "run_tests", {"files": files, "test_command": typed})
+        assert (again["passed"], again["failing"], again["status"]) == (False, first["failing"], first["status"])
     plain = await call_ok(
         client, "run_tests", {"files": {"calc.py": CALC}, "tests": "from calc import add\nassert add(1, 1) == 3"}
     )
@@ -142,7 +145,7 @@ async def test_run_tests_reports_the_failing_tests_and_pays_nothing(client: Clie
     detail = store.detail(started["episode_id"])
     store.close()
     assert detail.rewards == [] and detail.episode.reward_total is None
-    assert [s.tool for s in detail.steps] == ["start_episode", *["run_tests"] * 3]
+    assert [s.tool for s in detail.steps] == ["start_episode", *["run_tests"] * 5]
 
 
 def commit_all(root: Path) -> str:
