@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from training.data.fit import Unusable
 from training.data.groups import Group
 
 BACKENDS = {
@@ -56,7 +57,7 @@ class NoTrainableData(BackendError):
     """The batch has nothing to learn from (every conversation too long, no assistant tokens).
     Retrying the same batch cannot help: the worker sets it aside instead of backing off."""
 
-    def __init__(self, message: str, skipped: dict[int, str] | None = None) -> None:
+    def __init__(self, message: str, skipped: dict[int, Unusable] | None = None) -> None:
         super().__init__(message)
         self.skipped = skipped or {}
         """Why each input item could not be used, by its index."""
@@ -145,7 +146,7 @@ class TrainResult:
     step: int
     """The step the model is at after training."""
     metrics: dict[str, float] = field(default_factory=dict)
-    skipped: dict[int, str] = field(default_factory=dict)
+    skipped: dict[int, Unusable] = field(default_factory=dict)
     """Input items the step set aside (by index), with why: e.g. longer than max_seq_len."""
 
 

@@ -45,7 +45,7 @@ from training.backends.base import (  # noqa: E402
 )
 from training.backends.sampled import as_sampled, sampling_temperature  # noqa: E402
 from training.backends.tiny import ensure_base  # noqa: E402
-from training.data.fit import DEFAULT_MAX_SEQ_LEN, template_messages  # noqa: E402
+from training.data.fit import DEFAULT_MAX_SEQ_LEN, SetAsideReason, Unusable, template_messages  # noqa: E402
 from training.data.groups import Group, to_art  # noqa: E402
 
 TINY = "tiny-qwen2"
@@ -692,7 +692,8 @@ class CpuBackend:
         skipped = {i: why for i, (ids, labels) in enumerate(examples) if (why := self._unusable(ids, labels))}
         rows = [e for i, e in enumerate(examples) if i not in skipped]
         if not rows:
-            raise NoTrainableData(f"no conversation of this batch is usable: {next(iter(skipped.values()))}", skipped)
+            first = next(iter(skipped.values())).detail
+            raise NoTrainableData(f"no conversation of this batch is usable: {first}", skipped)
         scored_total = sum(sum(lab != -100 for lab in labels[1:]) for _, labels in rows)
         coef = self.config.kl_penalty_coef
         loss_sum = kl_sum = 0.0
@@ -753,7 +754,7 @@ class CpuBackend:
                 usable_pairs.append((pair, chosen, rejected))
         if not usable_pairs:
             raise NoTrainableData(
-                f"no preference pair of this batch is usable: {next(iter(skipped.values()))}", skipped
+                f"no preference pair of this batch is usable: {next(iter(skipped.values())).detail}", skipped
             )
         beta = self.config.dpo_beta
         loss_sum, margins = 0.0, []
@@ -780,12 +781,14 @@ class CpuBackend:
             skipped,
         )
 
-    def _unusable(self, ids: list[int], labels: list[int]) -> str | None:
+    def _unusable(self, ids: list[int], labels: list[int]) -> Unusable | None:
         """Why a tokenized conversation cannot be trained on, or None."""
         if len(ids) > self.max_seq_len:
-            return f"{len(ids)} tokens, longer than max_seq_len={self.max_seq_len}"
+            return Unusable.too_long(
+                f"{len(ids)} tokens, longer than max_seq_len={self.max_seq_len}", len(ids), self.max_seq_len
+            )
         if all(lab == -100 for lab in labels[1:]):
-            return "no assistant turn to learn from"
+            return Unusable(SetAsideReason.not_trainable, "no assistant turn to learn from")
         return None
 
     def _begin_step(self, longest: int) -> None:
@@ -820,7 +823,7 @@ class CpuBackend:
         return grad_norm
 
     def _result(
-        self, started: float, tokens: int, metrics: dict[str, float], skipped: dict[int, str] | None = None
+        self, started: float, tokens: int, metrics: dict[str, float], skipped: dict[int, Unusable] | None = None
     ) -> TrainResult:
         """Save the next checkpoint and report the step with its timing."""
         self.step += 1

@@ -160,7 +160,8 @@ def _sft(conv: _Conversation, view: SftView, fit: StudentFit | None) -> dict[str
     if fit is not None:
         fitted = fit_messages(messages, tools, fit)
         if fitted.messages is None:
-            return Unusable(SetAsideReason.too_long, f"episode {conv.episode.id}: {fitted.reason}")
+            detail = f"episode {conv.episode.id}: {fitted.reason}"
+            return Unusable.too_long(detail, fitted.original_tokens, fit.max_tokens)
         messages = fitted.messages
     return {"messages": messages, **({"tools": tools} if tools else {})}
 
@@ -237,7 +238,8 @@ def _pair_record(
         if fit is not None:
             fitted = fit_messages(chosen.prompt + completion, listed, fit, frozen=len(chosen.prompt))
             if fitted.messages is None:
-                return Unusable(SetAsideReason.too_long, f"episode {conv.episode.id}: {fitted.reason}")
+                detail = f"episode {conv.episode.id}: {fitted.reason}"
+                return Unusable.too_long(detail, fitted.original_tokens, fit.max_tokens)
             completion = fitted.messages[len(chosen.prompt) :]
         sides.append(completion)
     return {

@@ -43,6 +43,8 @@ class SetAsideReason(StrEnum):
     """A preference pair whose episodes do not start from the same prompt."""
     no_order = "no_order"
     """A preference that orders nothing (both bad)."""
+    not_trainable = "not_trainable"
+    """The trainer found nothing to learn from in it (no assistant token, say); the detail says why."""
 
 
 @dataclass
@@ -95,6 +97,14 @@ class Unusable:
 
     reason: SetAsideReason
     detail: str
+    tokens: int = 0
+    """For `too_long`: the tokens it needs (uncondensed)."""
+    limit: int = 0
+    """For `too_long`: the max_seq_len it was held against."""
+
+    @classmethod
+    def too_long(cls, detail: str, tokens: int, limit: int) -> Unusable:
+        return cls(SetAsideReason.too_long, detail, tokens, limit)
 
 
 def template_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -72,7 +72,7 @@ from training.backends.base import (
     make_backend,
 )
 from training.data.export import dpo_pairs, sft_example
-from training.data.fit import FitError, StudentFit, Unusable, student_fit
+from training.data.fit import FitError, SetAsideReason, StudentFit, Unusable, student_fit
 from training.data.groups import Group, filter_groups, groups_from_log
 from training.data.judge import JudgeConfig, judge_group
 from training.scenarios.base import (
@@ -93,9 +93,22 @@ from training.worker.metrics import TENSORBOARD_FOLDER, StepMetrics
 from training.worker.outcome import RunSettingsChanged, StopReason, WorkerError, WorkerInterrupted, WorkerReport
 from training.worker.progress import Progress, ProgressSampler
 from training.worker.run_lock import RunLock, lock_path
-from training.worker.set_aside import SetAside
+from training.worker.set_aside import Untrained
 
 log = structlog.get_logger(__name__)
+
+
+K = TypeVar("K")
+
+
+def _untrainable(exc: NoTrainableData) -> Unusable:
+    """The reason for an item a failed step named no reason of its own for."""
+    return Unusable(SetAsideReason.not_trainable, str(exc))
+
+
+def _details(unusable: dict[K, Unusable]) -> dict[K, str]:
+    """What the log keeps of each reason: its line."""
+    return {key: why.detail for key, why in unusable.items()}
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -123,7 +136,7 @@ class Worker:
         self.config = config
         self._on_progress = on_progress
         self.progress: Progress | None = None
-        self._aside = SetAside()
+        self._aside = Untrained()
         self._fit: StudentFit | None | bool = False  # False: not looked up yet
         self.stop = stop or threading.Event()
         self.runner = runner
@@ -603,17 +616,17 @@ class Worker:
                 return False
             records: list[dict[str, Any]] = []
             trained: list[str] = []
-            unusable: dict[str, str] = {}
+            unusable: dict[str, Unusable] = {}
             for episode in episodes:
                 record = sft_example(self.store, episode, cfg.sft_view, self.fit)
                 if isinstance(record, Unusable):
-                    unusable[episode.id] = record.detail
+                    unusable[episode.id] = record
                 else:
                     records.append(record)
                     trained.append(episode.id)
             if not records:  # set them aside and look at the next ones
                 self._aside.sft.add(len(episodes), list(unusable.values()))
-                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=_details(unusable))
                 continue
             started = time.perf_counter()
             try:
@@ -623,9 +636,9 @@ class Worker:
             except NoTrainableData as exc:  # e.g. every conversation longer than max_seq_len
                 log.warning("sft_batch_unusable", run=cfg.run, episodes=len(episodes), error=str(exc))
                 self.backend.rollback(report.step)
-                unusable |= {e: exc.skipped.get(i, str(exc)) for i, e in enumerate(trained)}
+                unusable |= {e: exc.skipped.get(i, _untrainable(exc)) for i, e in enumerate(trained)}
                 self._aside.sft.add(len(episodes), list(unusable.values()))
-                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                self.store.runs.commit_sft_step(cfg.run, step=report.step, trained=[], unusable=_details(unusable))
                 continue
             unusable |= {trained[i]: why for i, why in result.skipped.items()}
             self._aside.sft.add(len(episodes), list(unusable.values()))
@@ -633,7 +646,7 @@ class Worker:
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
                 self.store.runs.commit_sft_step(
-                    cfg.run, step=result.step, trained=trained, unusable=unusable, metrics=metrics
+                    cfg.run, step=result.step, trained=trained, unusable=_details(unusable), metrics=metrics
                 )
             except StoreError:
                 self.backend.rollback(report.step)  # the log did not take it: forget the checkpoint too
@@ -677,9 +690,9 @@ class Worker:
             except NoTrainableData as exc:
                 log.warning("dpo_batch_unusable", run=cfg.run, pairs=len(pairs), error=str(exc))
                 self.backend.rollback(report.step)
-                unusable = {k: exc.skipped.get(i, str(exc)) for i, k in enumerate(keys)}
+                unusable = {k: exc.skipped.get(i, _untrainable(exc)) for i, k in enumerate(keys)}
                 self._aside.dpo.add(len(pairs), list(unusable.values()))
-                self.store.runs.commit_dpo_step(cfg.run, step=report.step, trained=[], unusable=unusable)
+                self.store.runs.commit_dpo_step(cfg.run, step=report.step, trained=[], unusable=_details(unusable))
                 used.update(keys)
                 continue
             trained = [k for i, k in enumerate(keys) if i not in result.skipped]
@@ -688,7 +701,7 @@ class Worker:
             metrics = {**result.metrics, "perf/step_seconds": time.perf_counter() - started}
             try:
                 self.store.runs.commit_dpo_step(
-                    cfg.run, step=result.step, trained=trained, unusable=unusable, metrics=metrics
+                    cfg.run, step=result.step, trained=trained, unusable=_details(unusable), metrics=metrics
                 )
             except StoreError:
                 self.backend.rollback(report.step)

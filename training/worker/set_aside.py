@@ -1,6 +1,6 @@
 """Why data went untrained in one worker invocation, in lines a person can act on.
 
-The worker tells `SetAside` what each step looked at and left out (external episodes SFT could not
+The worker tells `Untrained` what each step looked at and left out (external episodes SFT could not
 use, preference pairs, GRPO groups without reward variance or too stale, scenarios whose verifier
 could not run); `lines()` says each cause once with what to change, and `nothing_trained()` joins
 them into the one line a pass that trained nothing ends with.
@@ -8,13 +8,10 @@ them into the one line a pass that trained nothing ends with.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-# The cpu backend's reason for a conversation over the limit (`CpuBackend._unusable`): the backend
-# gives reasons as text only, so the counts a person needs are read back from it.
-_TOO_LONG = re.compile(r"(\d+) tokens, longer than max_seq_len=(\d+)")
+from training.data.fit import SetAsideReason, Unusable
 
 
 @dataclass
@@ -27,16 +24,15 @@ class _Unusable:
     limit: int = 0
     other: Counter[str] = field(default_factory=Counter)
 
-    def add(self, seen: int, reasons: list[str]) -> None:
+    def add(self, seen: int, reasons: list[Unusable]) -> None:
         self.seen += seen
         for reason in reasons:
-            match = _TOO_LONG.search(reason)
-            if match:
+            if reason.reason is SetAsideReason.too_long and reason.limit:
                 self.too_long += 1
-                self.longest = max(self.longest, int(match[1]))
-                self.limit = int(match[2])
+                self.longest = max(self.longest, reason.tokens)
+                self.limit = reason.limit
             else:
-                self.other[reason] += 1
+                self.other[reason.detail] += 1
 
     def lines(self, noun: str, fixes: str) -> list[str]:
         out = []
@@ -52,7 +48,10 @@ class _Unusable:
 
 
 @dataclass
-class SetAside:
+class Untrained:
+    """Per worker invocation, counts a person acts on (`training.data.fit.SetAside` is one
+    selection's reasons; these add what the steps and the backend left out)."""
+
     sft: _Unusable = field(default_factory=_Unusable)
     dpo: _Unusable = field(default_factory=_Unusable)
     groups: int = 0

@@ -99,7 +99,8 @@ def test_an_over_long_conversation_is_set_aside_with_its_reason(tmp_path: Path) 
     fits = {"messages": [*TASK, {"role": "assistant", "content": "ok"}]}
     too_long = {"messages": [{"role": "user", "content": "word " * 200}, {"role": "assistant", "content": "ok"}]}
     result = backend.train_sft([too_long, fits])
-    assert list(result.skipped) == [0] and "longer than max_seq_len=64" in result.skipped[0]
+    assert list(result.skipped) == [0] and "longer than max_seq_len=64" in result.skipped[0].detail
+    assert (result.skipped[0].tokens > 64, result.skipped[0].limit) == (True, 64)
     backend.close()
 
 
