@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from student_eval import Evaluator, change, log, machine, mean_interval, pass_rates
+from student_eval import Evaluator, change, log, machine, mean_interval, pass_rates, rehearsal_records
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "bench",
@@ -412,12 +412,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 report["before"] = evaluate(base)
                 report["control"] = evaluate(base, shots=args.shots, general=False)
                 report["train_before"] = bugs.fix_rate(base, train)
+                rehearsal, report["rehearsal"] = rehearsal_records(evaluator, base, args.rehearse)
+                log({"rehearsal": f"{report['rehearsal']['kept']}/{report['rehearsal']['problems']}"})
             finally:
                 base.close()
             report["seeds"] = {}
             for seed in args.seeds:
                 report["seeds"][str(seed)] = train_one(
-                    args, seed, backend_for(seed), sft, replays, runner, evaluate, heldout, humaneval
+                    args, seed, backend_for(seed), sft + rehearsal, replays, runner, evaluate, heldout, humaneval
                 )
     finally:
         runner.close()
@@ -440,7 +442,8 @@ def train_one(
     heldout: list[Task],
     humaneval: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """SFT on the oracle's episodes, evaluated; GRPO on their replays, evaluated: one seed."""
+    """SFT on the oracle's episodes (and the rehearsal records, `sft`), evaluated; GRPO on their
+    replays, evaluated: one seed."""
     from training.data.ledger import trained_overlap
     from training.scenarios.rollout import RewardRecord, rollout_groups
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(HERE))
 
 from shipkit_tasks import CORE, records  # noqa: E402
-from student_eval import Evaluator, change, log, machine  # noqa: E402
+from student_eval import Evaluator, change, log, machine, rehearsal_records  # noqa: E402
 
 PYTEST = "python -m pytest -q -p no:cacheprovider"
 
@@ -195,25 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             evaluate("before")
 
-            # Rehearsal: the base model's own verified answers to general problems (HumanEval's
-            # train split, never its held-out one) go into SFT beside the project's episodes, so
-            # imitating a narrow project does not rewrite how the model answers everything else.
-            rehearsal = []
-            if args.rehearse:
-                general = [{**s.verifier.data, "task_id": s.id} for s in humaneval_scenarios("train")[: args.rehearse]]
-                own = evaluator.pass_at_1(backend, general)
-                rehearsal = [
-                    {
-                        "messages": [
-                            *scenario_of(p).messages,
-                            {"role": "assistant", "content": own["answers"][p["task_id"]]},
-                        ]
-                    }
-                    for p in general
-                    if p["task_id"] not in own["failed"]
-                ]
-                report["rehearsal"] = {"problems": len(general), "kept": len(rehearsal)}
-                log({"rehearsal": f"{len(rehearsal)}/{len(general)}"})
+            rehearsal, report["rehearsal"] = rehearsal_records(evaluator, backend, args.rehearse)
+            log({"rehearsal": f"{report['rehearsal']['kept']}/{report['rehearsal']['problems']}"})
             data = sft + rehearsal
             steps: dict[str, list[dict[str, float]]] = {"sft": [], "dpo": [], "grpo": []}
             for epoch in range(args.sft_epochs):

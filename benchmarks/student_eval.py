@@ -103,6 +103,31 @@ class Evaluator:
         }
 
 
+def rehearsal_records(evaluator: Evaluator, backend: Any, count: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """SFT records of the model's own verified answers to the first `count` problems of HumanEval's
+    *train* split (never its held-out one), and how many of them were kept. Mixed into SFT beside a
+    project's episodes, they keep imitating a narrow project from rewriting how the model answers
+    everything else."""
+    from training.scenarios.base import HUMANEVAL_SYSTEM, humaneval_scenarios
+
+    general = [{**s.verifier.data, "task_id": s.id} for s in humaneval_scenarios("train")[:count]]
+    if not general:
+        return [], {"problems": 0, "kept": 0}
+    own = evaluator.pass_at_1(backend, general)
+    records = [
+        {
+            "messages": [
+                {"role": "system", "content": HUMANEVAL_SYSTEM},
+                {"role": "user", "content": p["prompt"]},
+                {"role": "assistant", "content": own["answers"][p["task_id"]]},
+            ]
+        }
+        for p in general
+        if p["task_id"] not in own["failed"]
+    ]
+    return records, {"problems": len(general), "kept": len(records)}
+
+
 def pass_rates(passed: dict[str, int], samples: int, temperature: float) -> dict[str, Any]:
     """pass@1 from each problem's count of passing answers out of `samples`: greedy (one sample)
     with its Wilson interval, else the mean of the problems' rates with a normal interval."""

@@ -142,7 +142,7 @@ def test_the_benchmark_runs_on_bug_files_end_to_end(tmp_path: Path) -> None:
             sys.executable, str(ROOT / "benchmarks" / "learning.py"), "--model", "tiny-qwen2",
             "--train", str(train), "--heldout", str(heldout), "--seeds", "0", "--samples", "0",
             "--humaneval", "0", "--sft-epochs", "1", "--grpo-steps", "1", "--grpo-groups", "1",
-            "--group-size", "2", "--max-tokens", "8", "--shots", "1", "--out", str(out),
+            "--group-size", "2", "--max-tokens", "8", "--shots", "1", "--rehearse", "2", "--out", str(out),
         ],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )  # fmt: skip
@@ -154,7 +154,7 @@ def test_the_benchmark_runs_on_bug_files_end_to_end(tmp_path: Path) -> None:
     assert episode["reward_total"] == 1.0 and episode["verdict"].startswith("2 of 2 failing tests pass"), episode
     assert report["teacher"]["sft_records"] == 1 and report["teacher"]["replay_scenarios"] == 1
     answer = report["teacher"]["sft_example"]["messages"][-1]["content"]
-    assert "calc.py\n<<<<<<< SEARCH\ndef add(a, b):\n    return a - b\n" in answer  # the fix, as the student answers
+    assert answer == "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE"  # once
     [seed] = report["seeds"].values()
     [grpo] = seed["grpo"]
     assert seed["sft"] and grpo["groups"] == 1 and grpo["scenarios"] == [f"episode/{episode['episode_id']}"], grpo
@@ -162,5 +162,6 @@ def test_the_benchmark_runs_on_bug_files_end_to_end(tmp_path: Path) -> None:
     for when in (report["before"], report["control"], seed["after_sft"], seed["after"]):
         assert set(when["greedy"]["rates"]) == {"calc__scale"}
     assert report["control"]["greedy"]["shots"] == 1
+    assert report["rehearsal"]["problems"] == 2 and 0 <= report["rehearsal"]["kept"] <= 2
     assert report["heldout"]["primary"] == "greedy"
     assert set(report["heldout"]["greedy"]["after_vs_before"]["sign_test"]) == {"improved", "worsened", "p_two_sided"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,8 +111,15 @@ def external_conversation(
         for key, value in args.items():
             props.setdefault(key, {"type": _json_type(value)})
     final = [detail.episode.summary or ""]
-    if detail.solution:
+    if detail.solution and not _states_a_change(final[0]):
         final.append(f"```diff\n{detail.solution}```")
     if any(final):
         completion.append({"role": "assistant", "content": "\n\n".join(part for part in final if part)})
     return prompt, completion, [tool_schema(name, props) for name, props in schemas.items()]
+
+
+def _states_a_change(summary: str) -> bool:
+    """Whether the agent's closing message already writes its change as an edit (SEARCH/REPLACE
+    blocks or a unified diff): then the recorded diff would say it twice, and a student imitating
+    the answer would learn to write every fix twice."""
+    return "<<<<<<< SEARCH" in summary or re.search(r"^--- .*\n\+\+\+ ", summary, re.MULTILINE) is not None

@@ -87,6 +87,29 @@ def test_the_answer_view_keeps_the_task_and_the_final_answer_only(log: EpisodeSt
     assert len(run(log, "sft", min_reward=-1.0, view="answer")) == 5  # the reward filter is the same
 
 
+DIFF = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+BLOCKS = "calc.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE"
+
+
+@pytest.mark.parametrize(
+    ("summary", "answer"),
+    [
+        ("Fixed the sign in add.", f"Fixed the sign in add.\n\n```diff\n{DIFF}```"),  # prose: the diff is the change
+        (BLOCKS, BLOCKS),  # the change in SEARCH/REPLACE blocks already: not written twice
+        (f"```diff\n{DIFF}```", f"```diff\n{DIFF}```"),
+    ],
+)
+def test_the_final_answer_states_the_change_once(store: EpisodeStore, summary: str, answer: str) -> None:
+    episode = store.start_episode("fix add", workspace="/ws", client="cursor")
+    store.add_workspace_state(
+        episode.id, StateKind.end, commit="c0ffee", files={"calc.py": "x"}, omitted=[], diff=DIFF, solution=DIFF
+    )
+    store.end_episode(episode.id, EpisodeStatus.success, summary=summary)
+    store.add_reward(episode.id, RewardSource.tests, 1.0, verified=True)
+    [record] = run(store, "sft", view="answer")
+    assert record["messages"] == [{"role": "user", "content": "fix add"}, {"role": "assistant", "content": answer}]
+
+
 def test_a_view_other_than_trace_is_for_sft_only(log: EpisodeStore) -> None:
     for fmt in ("dpo", "art"):
         with pytest.raises(ExportError, match="sft format only"):
