@@ -20,7 +20,8 @@ The bug-instance mode of `benchmarks/learning.py` (docs/bug-tasks.md has the ins
    written into its prompt: what the same data achieves as context instead of training. HumanEval's
    held-out split (`--humaneval` problems, sampled) estimates general ability.
 3. **Training**, per seed of `--seeds`, from a fresh adapter: SFT on the episodes (`answer` view:
-   the task and the oracle's fix; labelled oracle data), evaluated; then GRPO on the *replays* of
+   the task and the oracle's fix; labelled oracle data) with `--rehearse` of the base model's own
+   verified answers to HumanEval train problems mixed in, evaluated; then GRPO on the *replays* of
    the recorded episodes (`scenarios_from_log`: the student re-solves each episode's task from its
    exact start state, judged by the episode's verifier; the student's own verified attempts are
    the RL data), evaluated again. So the report says what SFT and GRPO each contributed.
