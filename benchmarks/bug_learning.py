@@ -106,7 +106,7 @@ def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
     wrong and one more to decode). Falls back to the diff itself in a ```diff block when the blocks
     would not apply as the diff does."""
     from envpool.verifiers.patches import apply_patch
-    from training.scenarios.edits import EditError, apply_answer, find_lines
+    from training.scenarios.edits import EditError, apply_answer
 
     blocks: list[str] = []
     path = ""
@@ -127,7 +127,7 @@ def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
                 if body.startswith((" ", "+")) or body == "":
                     new.append(body[1:])
                 i += 1
-            old, new = _least_context(start.get(path, ""), old, new, find_lines)
+            old, new = _least_context(start.get(path, ""), old, new)
             blocks.append(
                 f"{path}\n<<<<<<< SEARCH\n" + "".join(f"{x}\n" for x in old) + "=======\n"
                 + "".join(f"{x}\n" for x in new) + ">>>>>>> REPLACE"
@@ -143,12 +143,13 @@ def search_replace_blocks(patch: str, start: dict[str, str]) -> str:
     return f"```diff\n{patch}```"
 
 
-def _least_context(text: str, old: list[str], new: list[str], find: Any) -> tuple[list[str], list[str]]:
+def _least_context(text: str, old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
     """A hunk's lines without the context lines (equal on both sides, at either end) that its
     search text does not need to stay unique in `text`."""
+    from training.scenarios.edits import find_lines
 
     def unique(lines: list[str]) -> bool:
-        return any(x.strip() for x in lines) and find(text, "".join(f"{x}\n" for x in lines)) is not None
+        return any(x.strip() for x in lines) and find_lines(text, "".join(f"{x}\n" for x in lines)) is not None
 
     while len(old) > 1 and len(new) > 1 and old[0] == new[0] and unique(old[1:]):
         old, new = old[1:], new[1:]

@@ -22,19 +22,21 @@ def wilson(passed: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def prompts_of(tokenizer: Any, problems: list[dict[str, Any]]) -> list[list[int]]:
-    """Each problem's prompt ids: its `messages`, or HumanEval's system prompt and its `prompt`."""
-    from training.backends.cpu import prompt_token_ids
+def messages_of(problem: dict[str, Any]) -> list[dict[str, Any]]:
+    """A problem's prompt: its `messages`, or HumanEval's system prompt and its `prompt`."""
     from training.scenarios.base import HUMANEVAL_SYSTEM
 
-    return [
-        prompt_token_ids(
-            tokenizer,
-            p.get("messages")
-            or [{"role": "system", "content": HUMANEVAL_SYSTEM}, {"role": "user", "content": p["prompt"]}],
-        )
-        for p in problems
+    return problem.get("messages") or [
+        {"role": "system", "content": HUMANEVAL_SYSTEM},
+        {"role": "user", "content": problem["prompt"]},
     ]
+
+
+def prompts_of(tokenizer: Any, problems: list[dict[str, Any]]) -> list[list[int]]:
+    """Each problem's prompt ids (`messages_of`)."""
+    from training.backends.cpu import prompt_token_ids
+
+    return [prompt_token_ids(tokenizer, messages_of(p)) for p in problems]
 
 
 def mean_interval(values: list[float], z: float = 1.96) -> tuple[float, float]:
@@ -108,20 +110,14 @@ def rehearsal_records(evaluator: Evaluator, backend: Any, count: int) -> tuple[l
     *train* split (never its held-out one), and how many of them were kept. Mixed into SFT beside a
     project's episodes, they keep imitating a narrow project from rewriting how the model answers
     everything else."""
-    from training.scenarios.base import HUMANEVAL_SYSTEM, humaneval_scenarios
+    from training.scenarios.base import humaneval_scenarios
 
     general = [{**s.verifier.data, "task_id": s.id} for s in humaneval_scenarios("train")[:count]]
     if not general:
         return [], {"problems": 0, "kept": 0}
     own = evaluator.pass_at_1(backend, general)
     records = [
-        {
-            "messages": [
-                {"role": "system", "content": HUMANEVAL_SYSTEM},
-                {"role": "user", "content": p["prompt"]},
-                {"role": "assistant", "content": own["answers"][p["task_id"]]},
-            ]
-        }
+        {"messages": [*messages_of(p), {"role": "assistant", "content": own["answers"][p["task_id"]]}]}
         for p in general
         if p["task_id"] not in own["failed"]
     ]

@@ -37,8 +37,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-__all__ = ["PatchError", "PatchResult", "apply_patch"]
+__all__ = ["PatchError", "PatchResult", "apply_patch", "holds_a_diff"]
 
+_FILE_HEADERS = re.compile(r"^--- .*\n\+\+\+ ", re.MULTILINE)
 _HUNK_HEADER = re.compile(r"@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")
 _NEW_FILE_MODES = frozenset({"100644", "100755"})
 _MODE_NAMES = {"120000": "a symbolic link", "160000": "a submodule (gitlink)", "040000": "a folder"}
@@ -62,6 +63,11 @@ class PatchResult:
     """Every file after the patch: path -> text (a new dict; the input is left as it was)."""
     touched: tuple[str, ...]
     """The paths the patch created, changed or deleted, in the patch's order."""
+
+
+def holds_a_diff(text: str) -> bool:
+    """Whether `text` holds a unified diff (a `---` line followed by a `+++` line)."""
+    return _FILE_HEADERS.search(text) is not None
 
 
 def apply_patch(files: Mapping[str, str], patch: str, strip: int = 1) -> PatchResult:

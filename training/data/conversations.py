@@ -13,10 +13,10 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 from pathlib import Path
 from typing import Any, Literal
 
+from envpool.verifiers.patches import holds_a_diff
 from episodes.records import RECORDER_NOTES, EpisodeDetail
 from episodes.run_records import PolicyTurn
 
@@ -122,4 +122,4 @@ def _states_a_change(summary: str) -> bool:
     """Whether the agent's closing message already writes its change as an edit (SEARCH/REPLACE
     blocks or a unified diff): then the recorded diff would say it twice, and a student imitating
     the answer would learn to write every fix twice."""
-    return "<<<<<<< SEARCH" in summary or re.search(r"^--- .*\n\+\+\+ ", summary, re.MULTILINE) is not None
+    return "<<<<<<< SEARCH" in summary or holds_a_diff(summary)

@@ -31,7 +31,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from envpool.verifiers.patches import PatchError, apply_patch
+from envpool.verifiers.patches import PatchError, apply_patch, holds_a_diff
 
 _BLOCK = re.compile(  # [a path line (no spaces)] [a fence line] SEARCH ... ======= ... REPLACE
     r"(?:^[`*]*([^\s<>=`*]+)[`*]*[ \t]*\n)?(?:```[^\n]*\n)?"
@@ -68,7 +68,7 @@ def extract_patch(completion: str) -> str | None:
     """The unified diff of a completion: a fenced diff block, or the text if it is a diff; else None."""
     match = re.search(r"```(?:diff|patch)?\n(.*?)```", completion, re.DOTALL)
     text = match.group(1) if match else completion
-    return text if re.search(r"^--- .*\n\+\+\+ ", text, re.MULTILINE) else None
+    return text if holds_a_diff(text) else None
 
 
 def apply_answer(
