@@ -62,6 +62,8 @@ class ProjectTests:
     trusted_globs: tuple[str, ...] = ()
     memory_mb: int = DEFAULT_TEST_MEMORY_MB
     timeout_s: float = DEFAULT_TEST_TIMEOUT_S
+    timeout_from: str = "rlide's default; [tool.rlide] test_timeout_s"
+    """Where `timeout_s` was set, so that a run stopped by it names what to change."""
     source: str = "pytest's defaults"
     """Where the configuration was read from, for the agent and for people."""
     data_files: tuple[str, ...] = field(default=())
@@ -114,6 +116,7 @@ class ProjectTests:
             "trusted_globs": list(self.trusted_globs),
             "memory_mb": self.memory_mb,
             "timeout_s": self.timeout_s,
+            "timeout_from": self.timeout_from,
             "source": self.source,
             "data_files": list(self.data_files),
             "import_roots": list(self.import_roots),
@@ -131,6 +134,7 @@ class ProjectTests:
             trusted_globs=tuple(data.get("trusted_globs") or ()),
             memory_mb=int(data.get("memory_mb") or DEFAULT_TEST_MEMORY_MB),
             timeout_s=float(data.get("timeout_s") or DEFAULT_TEST_TIMEOUT_S),
+            timeout_from=str(data.get("timeout_from") or ProjectTests.timeout_from),
             source=str(data.get("source") or "pytest's defaults"),
             data_files=tuple(data.get("data_files") or ()),
             import_roots=tuple(data.get("import_roots") or ()),
@@ -142,6 +146,14 @@ def _matches(pattern: str, path: str) -> bool:
     if "/" in pattern:
         return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path, "*/" + pattern)
     return fnmatch.fnmatchcase(posixpath.basename(path), pattern)
+
+
+def _timeout_from(rlide: dict[str, Any], setting: float | None) -> str:
+    if _number(rlide, "test_timeout_s", float):
+        return "[tool.rlide] test_timeout_s"
+    if setting:
+        return "RLIDE_TEST_TIMEOUT_S, or [tool.rlide] test_timeout_s for this project"
+    return ProjectTests.timeout_from
 
 
 def detect(
@@ -173,6 +185,7 @@ def detect(
         trusted_globs=tuple([*(_strings(rlide, "trusted") or ()), *scripts]),
         memory_mb=_number(rlide, "test_memory_mb", int) or memory_mb or DEFAULT_TEST_MEMORY_MB,
         timeout_s=_number(rlide, "test_timeout_s", float) or timeout_s or DEFAULT_TEST_TIMEOUT_S,
+        timeout_from=_timeout_from(rlide, timeout_s),
         source=source + (" and [tool.rlide]" if rlide else ""),
         import_roots=import_roots,
     )

@@ -562,6 +562,15 @@ def evaluate(
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
     checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
+    answer_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            max=600,
+            help="Seconds one answer's judged run may take (default: 10 for a program; 60 for a bug instance's"
+            " tests, or the project's own limit if lower).",
+        ),
+    ] = None,
 ) -> None:
     """pass@k (or fix rate) of the current checkpoint on tasks it never trained on, run in the sandbox. Prints JSON."""
     if split not in (None, "heldout", "train"):
@@ -621,6 +630,7 @@ def evaluate(
                 runs_for=runs_for,
                 on_result=judged,
                 checkpoint=step,
+                timeout_s=answer_timeout,
             )
     except (BackendError, SandboxError) as exc:
         raise fail(str(exc)) from exc

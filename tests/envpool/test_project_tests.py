@@ -69,6 +69,7 @@ def test_a_project_without_tests_has_no_verifier_and_rlide_settings_are_checked(
                     'pytest_args = ["-x", "tests"]\ntrusted = ["fixtures/*"]\n', "tests/test_a.py": ""})  # fmt: skip
     assert tuned is not None and (tuned.memory_mb, tuned.timeout_s) == (4096, 900.0)
     assert tuned.display == "python -m pytest -x tests" and tuned.is_test("fixtures/big.bin")
+    assert tuned.timeout_from == "[tool.rlide] test_timeout_s"
     for bad in ('test_memory_mb = "lots"', "pytest_args = 3", 'test_command = ""', "trusted = [1]"):
         with pytest.raises(ProjectConfigError, match="tool.rlide"):
             detect({**CODE, "pyproject.toml": f"[tool.rlide]\n{bad}\n"})
@@ -130,3 +131,17 @@ def test_own_modules_are_the_projects_top_level_names_under_each_import_root() -
     assert own_modules(files) == ["pkg", "src", "tool"]
     assert own_modules(files, ("", "src")) == ["lib", "pkg", "src", "tool"]
     assert ProjectTests(import_roots=("src",)).own_modules(files) == ["lib", "pkg", "src", "tool"]
+
+
+def test_a_time_limit_says_where_it_was_set_and_keeps_saying_so_once_stored() -> None:
+    """A run stopped by the limit names what a person changes: the project's table, their setting,
+    or (when neither set it) the table where the default can be raised."""
+    tested = {**CODE, "tests/test_a.py": ""}
+    by_default, by_setting = detect(tested), detect(tested, timeout_s=42)
+    by_project = detect({**tested, "pyproject.toml": "[tool.rlide]\ntest_timeout_s = 7\n"}, timeout_s=42)
+    assert by_default is not None and by_setting is not None and by_project is not None
+    assert "default" in by_default.timeout_from and "[tool.rlide] test_timeout_s" in by_default.timeout_from
+    assert by_setting.timeout_s == 42 and by_setting.timeout_from.startswith("RLIDE_TEST_TIMEOUT_S")
+    assert by_project.timeout_s == 7 and by_project.timeout_from == "[tool.rlide] test_timeout_s"
+    for tests in (by_default, by_setting, by_project):
+        assert ProjectTests.from_json(tests.to_json()) == tests

@@ -342,6 +342,8 @@ def test_eval_reports_pass_at_1_of_the_current_policy(home: Path) -> None:
     )
     bad = runner.invoke(app, ["eval", "--tasks", "mbpp"])
     assert bad.exit_code == 1 and "no task file at mbpp" in bad.stderr and "--tasks takes humaneval" in bad.stderr
+    unlimited = runner.invoke(app, ["eval", "--answer-timeout", "0"])
+    assert unlimited.exit_code == 2 and "--answer-timeout" in unlimited.stderr
 
 
 def test_serve_and_eval_take_a_runs_own_model_and_settings(home: Path) -> None:

@@ -51,6 +51,7 @@ import structlog
 
 from training.data.ledger import LedgerError, trained_overlap
 from training.scenarios.base import (
+    DEFAULT_TIMEOUT_S,
     ProgramRunner,
     Scenario,
     Split,
@@ -63,6 +64,7 @@ from training.scenarios.bug_tasks.judge import RunsFor
 from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.reference_free import reference_free_verdict
 from training.scenarios.task_file import TaskFileError, read_task_file
+from training.scenarios.verification import ANSWER_TIMEOUT_S
 
 log = structlog.get_logger(__name__)
 
@@ -291,7 +293,7 @@ def evaluate(
     temperature: float = 0.8,
     max_tokens: int = 512,
     seed: int = 0,
-    timeout_s: float = 10.0,
+    timeout_s: float | None = None,
     model: str = "policy",
     checkpoint_step: int | None = None,
     runs_for: RunsFor | None = None,
@@ -299,7 +301,9 @@ def evaluate(
 ) -> EvalReport:
     """`samples` completions per task of `tasks` (one call each), judged in `runner`; bug instances
     in the sandboxes of `runs_for` (their tests need the repository's import roots on the path).
-    `on_result(result, done, of)` hears each task's result as it is judged (progress for a person)."""
+    `on_result(result, done, of)` hears each task's result as it is judged (progress for a person).
+    `timeout_s` caps one answer's judged run (default: `DEFAULT_TIMEOUT_S` for a program,
+    `ANSWER_TIMEOUT_S` for a bug instance's test run, or its project's own limit if lower)."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     drawn_at = 0.0 if samples == 1 else temperature
@@ -319,7 +323,9 @@ def evaluate(
     total = len(tasks.bugs) + len(tasks.scenarios)
     for i, bug in enumerate(tasks.bugs):
         assert runs_for is not None
-        report.results.append(_judge_bug(policy, bug, runs_for, samples, drawn_at, max_tokens, seed + i))
+        report.results.append(
+            _judge_bug(policy, bug, runs_for, samples, drawn_at, max_tokens, seed + i, timeout_s or ANSWER_TIMEOUT_S)
+        )
         log.info("eval.instance", instance=bug.id, done=i + 1, of=len(tasks.bugs), resolved=report.results[-1].correct)
         if on_result is not None:
             on_result(report.results[-1], len(report.results), total)
@@ -330,7 +336,7 @@ def evaluate(
         )
         if len(completions) != samples:
             raise ValueError(f"the policy answered {scenario.id} with {len(completions)} completions, not {samples}")
-        report.results.append(_judge(scenario, completions, runner, timeout_s, started))
+        report.results.append(_judge(scenario, completions, runner, timeout_s or DEFAULT_TIMEOUT_S, started))
         if on_result is not None:
             on_result(report.results[-1], len(report.results), total)
     return report
@@ -344,10 +350,11 @@ def _judge_bug(
     temperature: float,
     max_tokens: int,
     seed: int,
+    timeout_s: float,
 ) -> TaskResult:
     started = time.perf_counter()
     try:
-        posed = pose(bug, runs_for)
+        posed = pose(bug, runs_for, timeout_s)
     except VerifierUnavailable as exc:  # the instance's fault or the sandbox's, never the model's
         return TaskResult(bug.id, samples, 0, time.perf_counter() - started, str(exc), True)
     completions = policy(posed.messages, n=samples, max_tokens=max_tokens, temperature=temperature, seed=seed)
@@ -405,6 +412,7 @@ def eval_current_policy(
     runs_for: RunsFor | None = None,
     on_result: Callable[[TaskResult, int, int], None] | None = None,
     checkpoint: int | None = None,
+    timeout_s: float | None = None,
 ) -> EvalReport:
     """pass@k of a run's policy (wired as `rlide eval`): the engine `policy serve` would use
     (`gateway.engines.policy_engine`: a cpu run's latest checkpoint or its `checkpoint` step, a GPU
@@ -424,4 +432,5 @@ def eval_current_policy(
         checkpoint_step=engine.checkpoint_step,
         runs_for=runs_for,
         on_result=on_result,
+        timeout_s=timeout_s,
     )

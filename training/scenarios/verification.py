@@ -181,7 +181,7 @@ def judged_request(tests: ProjectTests, files: dict[str, str], head: Mapping[str
 
 
 _LIMITS = {
-    RunStatus.TIMEOUT: "it hit the time limit ({timeout:.0f}s; [tool.rlide] test_timeout_s)",
+    RunStatus.TIMEOUT: "it hit the time limit ({timeout:.0f}s; {timeout_from})",
     RunStatus.MEMORY_LIMIT: "it hit the memory limit ({memory} MB; [tool.rlide] test_memory_mb)",
     RunStatus.OUTPUT_LIMIT: "its output passed the limit",
     RunStatus.KILLED: "it was killed",
@@ -203,7 +203,13 @@ def run_judged(
         raise VerifierUnavailable(f"the sandbox failed, not the tests: {result.detail}")
     outcome = read_outcome(request, result)
     if result.status in _LIMITS:
-        return result, outcome.report, _LIMITS[result.status].format(timeout=tests.timeout_s, memory=tests.memory_mb)
+        return (
+            result,
+            outcome.report,
+            _LIMITS[result.status].format(
+                timeout=tests.timeout_s, timeout_from=tests.timeout_from, memory=tests.memory_mb
+            ),
+        )
     if outcome.report is None:
         return result, None, outcome.reason
     return result, outcome.report, ""
@@ -259,6 +265,15 @@ ANSWER_TIMEOUT_S = 60.0
 instance (`bug_tasks.attempt.pose`), unless the project's own limit is lower."""
 
 
+def answer_limits(tests: ProjectTests, timeout_s: float = ANSWER_TIMEOUT_S) -> ProjectTests:
+    """`tests` as a model's answer is judged with them: within `timeout_s`, or the project's own
+    limit if lower. An answer sampled from a policy in training that loops forever would otherwise
+    hold a rollout for the project's whole limit (300 s by default), and a hang is a fail either way."""
+    if tests.timeout_s <= timeout_s:
+        return tests
+    return replace(tests, timeout_s=timeout_s, timeout_from="the limit on judging a model's answer")
+
+
 def replay_reward(
     data: Mapping[str, Any], answer: str, *, files_at: Callable[[], dict[str, str]], run: Runner
 ) -> float:
@@ -268,12 +283,8 @@ def replay_reward(
     `training.scenarios.base`), then judged like the episode's end state. `files_at` reads the start
     commit's files. An answer with no edit that applies, or one that changes nothing, is the start
     state: 0, with no run. A scenario logged before `shown` was recorded still takes diffs and
-    SEARCH/REPLACE blocks that name their file. The run may take `ANSWER_TIMEOUT_S` at most (or the
-    project's own limit, if lower): an answer sampled from a policy in training that loops forever
-    would otherwise hold a rollout for the project's whole limit (300 s by default), and a hang
-    is a fail either way."""
-    tests = ProjectTests.from_json(data["project"])
-    tests = replace(tests, timeout_s=min(tests.timeout_s, ANSWER_TIMEOUT_S))
+    SEARCH/REPLACE blocks that name their file. The run is held to `answer_limits`."""
+    tests = answer_limits(ProjectTests.from_json(data["project"]))
     head = files_at()
     start = _applied(head, {**data.get("files", {}), **dict.fromkeys(data.get("deleted", []))})
     shown = {name: FunctionSite(path, qualname) for name, (path, qualname) in data.get("shown", {}).items()}

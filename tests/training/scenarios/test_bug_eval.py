@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from envpool.verifiers.project import ProjectTests
 from tests.real_projects import PROJECTS
 from training.scenarios.bug_tasks.attempt import BugTask, pose, score
 from training.scenarios.bug_tasks.generate import diff
@@ -20,7 +21,7 @@ from training.scenarios.bug_tasks.judge import SandboxRuns
 from training.scenarios.bug_tasks.repo import commit_tree, write_archive
 from training.scenarios.eval import evaluate, select_tasks
 from training.scenarios.snapshots import unified_diff
-from training.scenarios.verification import ANSWER_TIMEOUT_S
+from training.scenarios.verification import ANSWER_TIMEOUT_S, answer_limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing: `make setup` installs it")
 
@@ -146,11 +147,19 @@ def test_a_candidate_that_edits_the_tests_or_the_conftest_is_not_resolved(instan
 
 
 def test_an_answer_that_loops_forever_fails_within_the_answer_limit(instance_file: Path, runs: Any) -> None:
-    [task] = select_tasks(str(instance_file)).bugs
-    assert pose(task, runs).prepared.tests.timeout_s == ANSWER_TIMEOUT_S  # not the project's 300 s
-    posed = pose(task, runs, answer_timeout_s=3)
-    assert posed.prepared.tests.timeout_s == 3
+    tasks = select_tasks(str(instance_file))
+    assert pose(tasks.bugs[0], runs).prepared.tests.timeout_s == ANSWER_TIMEOUT_S  # not the project's 300 s
     loop = f"{MODULE}\n<<<<<<< SEARCH\n{WRONG.join(['    iterator = takewhile(len, ', ')'])}\n=======\n"
     loop += "    while True:\n        pass\n>>>>>>> REPLACE\n"
-    scored = score(posed, loop, runs)
-    assert not scored.resolved and "time" in scored.detail.lower(), scored.detail
+    report = evaluate(Fixed(loop), None, tasks, timeout_s=3, runs_for=runs).to_dict()  # type: ignore[arg-type]
+    [outcome] = report["instances"]
+    assert not outcome["resolved"] and not outcome["unverifiable"], outcome
+    assert "time limit (3s; the limit on judging a model's answer)" in outcome["detail"], outcome
+
+
+def test_a_project_limit_below_the_answer_cap_stays_in_force_under_its_own_name() -> None:
+    lower = ProjectTests(timeout_s=ANSWER_TIMEOUT_S / 2, timeout_from="[tool.rlide] test_timeout_s")
+    assert answer_limits(lower) is lower
+    capped = answer_limits(ProjectTests())
+    assert capped.timeout_s == ANSWER_TIMEOUT_S < ProjectTests().timeout_s
+    assert capped.timeout_from == "the limit on judging a model's answer"

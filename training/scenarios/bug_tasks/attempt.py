@@ -18,7 +18,7 @@ from training.scenarios.bug_tasks.judge import PreparedInstance, RunsFor, failur
 from training.scenarios.bug_tasks.prompt import Shown, bug_prompt
 from training.scenarios.edits import EditError, apply_answer
 from training.scenarios.errors import VerifierUnavailable
-from training.scenarios.verification import ANSWER_TIMEOUT_S
+from training.scenarios.verification import ANSWER_TIMEOUT_S, answer_limits
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ class Scored:
 
 def pose(task: BugTask, runs_for: RunsFor, answer_timeout_s: float = ANSWER_TIMEOUT_S) -> Posed:
     """The instance ready to be answered. Raises `VerifierUnavailable` when it cannot be judged.
-    An answer's judged run may take `answer_timeout_s` (or the project's limit, if lower): a
-    project's default is 300 s, and one answer that loops forever would cost all of it."""
+    An answer's judged run may take `answer_timeout_s` (or the project's limit, if lower:
+    `answer_limits`)."""
     prepared = prepare(task.instance, task.folder)
     report, output = failure_run(prepared, runs_for)
     if report is None or not report.complete:
@@ -59,7 +59,7 @@ def pose(task: BugTask, runs_for: RunsFor, answer_timeout_s: float = ANSWER_TIME
     passing = [t for t in prepared.instance.fail_to_pass if report.outcomes.get(t) in PASSED]
     if passing:
         raise VerifierUnavailable(f"{task.id}: FAIL_TO_PASS tests pass on the start state already: {passing[:3]}")
-    tests = replace(prepared.tests, timeout_s=min(answer_timeout_s, prepared.tests.timeout_s))
+    tests = answer_limits(prepared.tests, answer_timeout_s)
     return Posed(replace(prepared, tests=tests), bug_prompt(prepared, output))
 
 
