@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import textwrap
 import threading
 import uuid
@@ -163,6 +165,47 @@ def test_page_cache_an_honest_run_reads_does_not_retire_its_slot(box: BwrapSandb
     assert (reader.status, reader.stdout) == (RunStatus.OK, "True\n"), reader.stderr
     assert [r.stdout for r in after] == ["ok\n"] * (2 * RUN_SLOTS)
     assert [e for e in logs if e["event"] == "sandbox.slot_retired"] == []
+
+
+HOLDER = """
+import os, sys, time
+with open(sys.argv[1], "w") as tasks:  # joins the slot's group first: memory is charged where it is touched
+    tasks.write(str(os.getpid()))
+held = bytearray(64 << 20)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+@requires_memory_groups
+def test_a_slot_that_cannot_be_emptied_is_retired_and_its_replacement_holds_runs_to_their_limit(
+    box: BwrapSandbox,
+) -> None:
+    """Something no collection can free (here a process the test puts in every slot's group: no run
+    can, which is why this is the only way to reach it) costs each slot one wait: the slot gets a new
+    memory group, later runs go on, and the new group holds a run to its `memory_mb` as the old did."""
+    first = box.run(RunRequest(code="print('ok')"))
+    assert first.status is RunStatus.OK, first.stderr
+    [pooled] = box._live
+    assert pooled.cgroup is not None and len(pooled.cgroup.runs) == RUN_SLOTS
+    holders = [
+        subprocess.Popen([sys.executable, "-c", HOLDER, str(group / "tasks")], stdout=subprocess.PIPE, text=True)
+        for group in pooled.cgroup.runs
+    ]
+    try:
+        assert [h.stdout.readline() if h.stdout else "" for h in holders] == ["held\n"] * RUN_SLOTS
+        with capture_logs() as logs:
+            later = [box.run(RunRequest(code="print('ok')")) for _ in range(2 * RUN_SLOTS)]
+            greedy = [box.run(RunRequest(code="held = bytearray(300 << 20)", memory_mb=128)) for _ in range(RUN_SLOTS)]
+        assert [(r.status, r.stdout) for r in later] == [(RunStatus.OK, "ok\n")] * (2 * RUN_SLOTS)
+        assert [r.status for r in greedy] == [RunStatus.MEMORY_LIMIT] * RUN_SLOTS, [r.stderr[-200:] for r in greedy]
+        assert pooled.cgroup.retired_slots() == RUN_SLOTS  # each slot once, then never the held group again
+        assert [e["retired"] for e in logs if e["event"] == "sandbox.slot_retired"][-1] == RUN_SLOTS
+        assert all(h.poll() is None for h in holders)  # what held the old groups was left alone, not killed
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
 
 
 def side_by_side(first: RunRequest, second: RunRequest) -> tuple[RunResult, RunResult]:
