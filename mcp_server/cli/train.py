@@ -487,7 +487,10 @@ def policy_serve(
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
     checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
 ) -> None:
-    """Serve /v1/chat/completions and /v1/models; calls under /episodes/{id}/v1 are recorded with logprobs.
+    """Serve /v1/chat/completions and /v1/models; an episode's calls are recorded with logprobs.
+
+    POST /episodes starts an episode and mints its API key: calls to /v1 with that key (or under
+    /episodes/{id}/v1) are recorded into it.
 
     With RLIDE_POLICY_TOKEN set, requests need `Authorization: Bearer <token>` (an OpenAI client's api_key).
 
@@ -512,7 +515,9 @@ def policy_serve(
     def listening(url: str, gateway: Gateway) -> None:
         typer.echo(
             f"policy endpoint listening on {url}: OpenAI base URL {url}/v1, model {gateway.alias!r}"
-            f" (run {run!r}, checkpoint step {gateway.engine.checkpoint_step}), episode log {gateway.episode_log}",
+            f" (run {run!r}, checkpoint step {gateway.engine.checkpoint_step}), episode log {gateway.episode_log}."
+            f" Calls are recorded when their API key is an episode's (POST {url}/episodes mints one),"
+            " not otherwise",
             err=True,
         )
 

@@ -3,8 +3,11 @@
     GET  /v1/models                                  the policy under its stable alias ("student") and as
                                                      student@{step}, each with its checkpoint_step and its
                                                      episode_log (the log's URL, any password masked)
-    POST /v1/chat/completions                        a completion (or, with stream=true, its events); not recorded
-    POST /episodes                                   {"task"} -> a new `policy` episode's id
+    POST /v1/chat/completions                        a completion (or, with stream=true, its events); recorded
+                                                     when the API key is an episode's (or, with the token,
+                                                     an X-Rlide-Episode header names one), else not
+    POST /episodes                                   {"task"} -> a new `policy` episode's id, its base URL
+                                                     and its API key (`episode_keys`)
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
     POST /episodes/{id}/v1/chat/completions          a completion recorded into episode {id} with its
                                                      prompt/completion token ids and per-token logprobs
@@ -12,8 +15,9 @@
                                                      is recorded as MCP's end_episode records it (+1, -1, 0);
                                                      the reward, a claim (never verified evidence)
 
-An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL produces a policy
-episode whose every assistant turn is exactly what was sampled, which is what GRPO trains on.
+An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL, or at
+`http://host:port/v1` with the episode's API key, produces a policy episode whose every assistant
+turn is exactly what was sampled, which is what GRPO trains on.
 
 Auth: with a token (`RLIDE_POLICY_TOKEN`) every route needs `Authorization: Bearer <token>`, which is
 what an OpenAI client sends for `api_key=<token>`; without one the endpoint binds loopback only
@@ -46,6 +50,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from common.http_auth import check_bind, protect
 from common.json_body import JsonBodyError, read_json
@@ -58,6 +63,7 @@ from episodes.run_records import TurnContext
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
 from training.gateway.engines import BadRequest, Completion, PolicyEngine, PriorTurn, policy_engine
+from training.gateway.episode_keys import EPISODE_HEADER, KEY_PATHS, episode_of, is_episode_key, mint
 
 MAX_TOKENS_LIMIT = 4096
 FORWARDED_OPTIONS = (
@@ -375,6 +381,57 @@ class LastTurns:
             self._turns.pop(episode_id, None)
 
 
+class EpisodeKeyAuth:
+    """ASGI middleware: a request whose bearer is an episode key (`episode_keys`) goes to the `/v1`
+    routes it may reach, as that episode's (`scope["state"]["episode_id"]`), without the token; a
+    key this endpoint did not mint is refused (401), as is a key sent anywhere else (403). Every
+    other request goes to `protected` (the token's check, when there is a token)."""
+
+    def __init__(self, protected: ASGIApp, routes: ASGIApp, token: str | None) -> None:
+        self.protected = protected
+        self.routes = routes
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            supplied = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+            scheme, _, key = supplied.partition(" ")
+            if scheme.lower() == "bearer" and is_episode_key(key.strip()):
+                episode_id = episode_of(key.strip(), self.token)
+                if episode_id is None:
+                    refused = _error(
+                        401,
+                        "not an episode key this endpoint minted (for another token, or altered): POST /episodes"
+                        " for a new episode and its api_key",
+                        code="invalid_api_key",
+                    )
+                    return await refused(scope, receive, send)
+                if scope["path"] not in KEY_PATHS:
+                    refused = _error(
+                        403,
+                        f"an episode key reaches {', '.join(sorted(KEY_PATHS))} only: starting and ending"
+                        " episodes needs the endpoint's token",
+                        code="episode_key_scope",
+                    )
+                    return await refused(scope, receive, send)
+                scope = {**scope, "state": {**scope.get("state", {}), "episode_id": episode_id}}
+                return await self.routes(scope, receive, send)
+        await self.protected(scope, receive, send)
+
+
+def _episode_named(request: Request) -> str | None:
+    """The episode a request records into: its URL's, its episode key's, or the `X-Rlide-Episode`
+    header's (BadRequest when the key and the header disagree)."""
+    by_path = request.path_params.get("episode_id")
+    if by_path is not None:
+        return str(by_path)
+    by_key = request.scope.get("state", {}).get("episode_id")
+    by_header = request.headers.get(EPISODE_HEADER) or None
+    if by_key is not None and by_header not in (None, by_key):
+        raise BadRequest(f"the API key is episode {by_key}'s, the {EPISODE_HEADER} header names another", 403)
+    return by_key or by_header
+
+
 class Gateway:
     """The ASGI app and what it holds: the engine, the episode log, the served alias.
 
@@ -413,8 +470,9 @@ class Gateway:
                 Route("/episodes/{episode_id}/end", self.end_episode, methods=["POST"]),
             ]
         )
+        self.token = token
         self.app = ApiGuard(
-            protect(self.routes, token, token_env=TOKEN_ENV),
+            EpisodeKeyAuth(protect(self.routes, token, token_env=TOKEN_ENV), self.routes, token),
             bind_host=bind_host,
             refuse=lambda status, message: _error(status, message, code="cross_site_request"),
         )
@@ -422,9 +480,10 @@ class Gateway:
     async def models(self, request: Request) -> JSONResponse:
         """The stable alias, and the checkpoint it serves now by the name ART's vLLM gives it; each
         model says its checkpoint step and the episode log its recorded calls go to (`episode_log`:
-        fields OpenAI's clients keep as extras). Under an episode's base URL, the episode must exist."""
-        episode_id = request.path_params.get("episode_id")
+        fields OpenAI's clients keep as extras). For an episode's calls (its base URL, key or header),
+        the episode must exist."""
         try:
+            episode_id = _episode_named(request)
             if episode_id is not None:
                 await anyio.to_thread.run_sync(self.store.get_episode, episode_id)
             step = await anyio.to_thread.run_sync(self.engine.refresh)
@@ -446,8 +505,8 @@ class Gateway:
         return JSONResponse({"object": "list", "data": listed})
 
     async def chat(self, request: Request) -> Response:
-        episode_id = request.path_params.get("episode_id")
         try:
+            episode_id = _episode_named(request)
             # Keys seen twice are let through here: a chat body is the hot path and large, and the value
             # recorded is the one sampled from (no reward rides on it).
             body = await _json_body(request, unique_keys=False)
@@ -517,7 +576,15 @@ class Gateway:
             lambda: self.store.start_episode(body.task, source=EpisodeSource.policy, client=body.client or "gateway")
         )
         base = str(request.base_url).rstrip("/")
-        return JSONResponse({"episode_id": episode.id, "base_url": f"{base}/episodes/{episode.id}/v1"}, status_code=201)
+        return JSONResponse(
+            {
+                "episode_id": episode.id,
+                "base_url": f"{base}/episodes/{episode.id}/v1",
+                "api_key": mint(episode.id, self.token),
+                "shared_base_url": f"{base}/v1",
+            },
+            status_code=201,
+        )
 
     async def end_episode(self, request: Request) -> JSONResponse:
         episode_id = request.path_params["episode_id"]
