@@ -516,8 +516,8 @@ def policy_serve(
         typer.echo(
             f"policy endpoint listening on {url}: OpenAI base URL {url}/v1, model {gateway.alias!r}"
             f" (run {run!r}, checkpoint step {gateway.engine.checkpoint_step}), episode log {gateway.episode_log}."
-            f" Calls are recorded when their API key is an episode's (POST {url}/episodes mints one),"
-            " not otherwise",
+            f" Calls are recorded: into the episode whose API key they carry (POST {url}/episodes mints one),"
+            " else one episode per conversation",
             err=True,
         )
 

@@ -3,9 +3,11 @@
     GET  /v1/models                                  the policy under its stable alias ("student") and as
                                                      student@{step}, each with its checkpoint_step and its
                                                      episode_log (the log's URL, any password masked)
-    POST /v1/chat/completions                        a completion (or, with stream=true, its events); recorded
-                                                     when the API key is an episode's (or, with the token,
-                                                     an X-Rlide-Episode header names one), else not
+    POST /v1/chat/completions                        a completion (or, with stream=true, its events), recorded:
+                                                     into the episode whose API key it carries (or, with the
+                                                     token, that an X-Rlide-Episode header names), else into
+                                                     the episode of the conversation it continues
+                                                     (`conversations`; n>1: not recorded)
     POST /episodes                                   {"task"} -> a new `policy` episode's id, its base URL
                                                      and its API key (`episode_keys`)
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
@@ -37,10 +39,8 @@ from __future__ import annotations
 import errno
 import json
 import socket
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar
 
@@ -55,14 +55,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from common.http_auth import check_bind, protect
 from common.json_body import JsonBodyError, read_json
 from common.web_guard import ApiGuard
-from episodes.codec import CHOICE_TAG, encode_choice
+from episodes.codec import encode_choice
 from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, mask_url_password
-from episodes.policy_turns import EncodedTurn, RedactedRequest
+from episodes.policy_turns import EncodedTurn
 from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
-from episodes.run_records import TurnContext
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
-from training.gateway.engines import BadRequest, Completion, PolicyEngine, PriorTurn, policy_engine
+from training.gateway.conversations import Conversations, LastTurns, prior_turn, redacted_request
+from training.gateway.engines import BadRequest, Completion, PolicyEngine, policy_engine
 from training.gateway.episode_keys import EPISODE_HEADER, KEY_PATHS, episode_of, is_episode_key, mint
 
 MAX_TOKENS_LIMIT = 4096
@@ -79,9 +79,6 @@ FORWARDED_OPTIONS = (
 )
 """OpenAI (and vLLM) request options an engine that forwards to a server passes on as sent, for that
 server to honor or refuse; an engine that samples itself (the cpu one) ignores them."""
-LAST_TURNS_KEPT = 256
-"""Episodes whose last turn the gateway remembers. Each entry holds that turn's whole conversation
-twice (as sent and redacted) and its prompt ids, up to a few MB for a long agent session."""
 TOKEN_ENV = "RLIDE_POLICY_TOKEN"
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Largest request body read. A 128k-token conversation is well under 1 MB of JSON."""
@@ -298,21 +295,6 @@ def completion_events(response: dict[str, Any], include_usage: bool) -> Iterator
     yield b"data: [DONE]\n\n"
 
 
-def _prior_turn(context: TurnContext, messages: list[dict[str, Any]]) -> PriorTurn | None:
-    """The episode's last turn, if it has token ids and `messages` (redacted) continue it."""
-    if context.last_prompt_token_ids is None or context.last_completion_token_ids is None:
-        return None
-    message = ((context.last_choice or {}).get(CHOICE_TAG) or {}).get("message") or {}
-    prior = PriorTurn(
-        messages=list((context.last_request or {}).get("messages") or []),
-        content=message.get("content"),
-        prompt_token_ids=context.last_prompt_token_ids,
-        completion_token_ids=context.last_completion_token_ids,
-        tool_calls=message.get("tool_calls"),
-    )
-    return prior if prior.continued_by(messages) else None
-
-
 def _refusal(episode_id: str, source: EpisodeSource, status: EpisodeStatus) -> str | None:
     """Why a turn cannot be recorded into this episode, or None when it can."""
     if source is not EpisodeSource.policy:
@@ -348,37 +330,6 @@ def _validated(model: type[B], body: Any) -> B:
             f'"{name}"' + ("" if f.is_required() else " (optional)") for name, f in model.model_fields.items()
         )
         raise BadRequest(f"{problems}. Send a JSON object with {fields}") from exc
-
-
-class LastTurns:
-    """The context of the last turn this process recorded into each recent episode, so a turn
-    needs no read of the log before it samples: only its write, which re-checks that the episode
-    is still an open policy episode. An entry goes stale only if another process records a turn
-    into the same episode (two gateways serving one agent's conversation). That costs exactness,
-    not consistency: the stale turn is spliced only if the request continues it
-    (`PriorTurn.continued_by`), the turns after it are re-tokenized instead of spliced, the log
-    records the prompt ids actually fed, and the turn's `TurnPrefix` names the stale turn it
-    extends by id, so it still reads back whole."""
-
-    def __init__(self, size: int = LAST_TURNS_KEPT) -> None:
-        self._size = size
-        self._turns: OrderedDict[str, TurnContext] = OrderedDict()
-        self._lock = threading.Lock()  # used from the worker threads of concurrent requests
-
-    def get(self, episode_id: str) -> TurnContext | None:
-        with self._lock:
-            return self._turns.get(episode_id)
-
-    def put(self, episode_id: str, context: TurnContext) -> None:
-        with self._lock:
-            self._turns[episode_id] = context
-            self._turns.move_to_end(episode_id)
-            if len(self._turns) > self._size:
-                self._turns.popitem(last=False)
-
-    def forget(self, episode_id: str) -> None:
-        with self._lock:
-            self._turns.pop(episode_id, None)
 
 
 class EpisodeKeyAuth:
@@ -460,6 +411,7 @@ class Gateway:
         self.episode_log = mask_url_password(store.url)
         """The episode log recorded into, as /v1/models shows it (a password in its URL masked)."""
         self.last_turns = LastTurns()
+        self.conversations = Conversations(self.last_turns)
         self.routes = Starlette(
             routes=[
                 Route("/v1/models", self.models, methods=["GET"]),
@@ -519,7 +471,8 @@ class Gateway:
             want_logprobs, want_ids = args.pop("logprobs"), args.pop("return_token_ids")
             stream, include_usage = args.pop("stream"), args.pop("include_usage")
             # One trip off the event loop per request: sample and record (committed before we answer).
-            completion = await anyio.to_thread.run_sync(self._complete, episode_id, args)
+            client = request.headers.get("user-agent")
+            completion = await anyio.to_thread.run_sync(self._complete, episode_id, args, client)
         except BadRequest as exc:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
@@ -529,9 +482,40 @@ class Gateway:
             return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
         return JSONResponse(response)
 
-    def _complete(self, episode_id: str | None, args: dict[str, Any]) -> Completion:
-        if episode_id is None:
-            return self.engine.complete(**args)
+    def _complete(self, episode_id: str | None, args: dict[str, Any], client: str | None) -> Completion:
+        """Sample and record: into `episode_id`, or (a call naming none) into the episode of the
+        conversation it continues, opened for it if it continues none (`conversations`)."""
+        if episode_id is not None:
+            return self._record(episode_id, args)[0]
+        if args["n"] != 1:
+            return self.engine.complete(**args)  # several answers are no one path to record
+        return self._converse(args, client)
+
+    def _converse(self, args: dict[str, Any], client: str | None, *, again: bool = True) -> Completion:
+        episode_id = self.conversations.claim(args, lambda: self._open_conversation(args, client))
+        try:
+            completion, turn = self._record(episode_id, args)
+            self.conversations.recorded(episode_id, turn)
+            return completion
+        except BadRequest as exc:
+            if exc.status != 409 or not again:
+                raise
+            self.conversations.drop(episode_id)  # it ended since its last turn (idle, or by hand)
+        finally:
+            self.conversations.release(episode_id)
+        return self._converse(args, client, again=False)
+
+    def _open_conversation(self, args: dict[str, Any], client: str | None) -> str:
+        first = next((m.get("content") for m in args["messages"] if m.get("role") == "user"), None)
+        episode = self.store.start_episode(
+            str(first or "").strip() or "a conversation through the policy endpoint",
+            source=EpisodeSource.policy,
+            client=f"gateway: {client or 'a client'} (no episode key)",
+            implicit=True,
+        )
+        return episode.id
+
+    def _record(self, episode_id: str, args: dict[str, Any]) -> tuple[Completion, EncodedTurn]:
         context = self.last_turns.get(episode_id)
         if context is None:  # the episode's first turn through this process: one read
             context = self.store.turns.turn_context(episode_id)
@@ -539,15 +523,8 @@ class Gateway:
                 raise BadRequest(refused, 409)
         # Redacted once: the conversation is compared with the stored (redacted) last turn, and the
         # same value is what the log stores; the engine samples from the messages as sent.
-        request = RedactedRequest.of(
-            {
-                "messages": args["messages"],
-                "tools": args["tools"],
-                "params": {k: args[k] for k in ("max_tokens", "temperature", "top_p", "seed")},
-            },
-            after=context,
-        )
-        completion = self.engine.complete(**args, prior=_prior_turn(context, request.data["messages"]))
+        request = redacted_request(args, context)
+        completion = self.engine.complete(**args, prior=prior_turn(context, request.data["messages"]))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
         turn = EncodedTurn.of(
@@ -565,7 +542,7 @@ class Gateway:
             self.last_turns.forget(episode_id)
             raise BadRequest(_refusal(episode_id, exc.source, exc.status) or str(exc), 409) from exc
         self.last_turns.put(episode_id, turn.context(turn_id))
-        return completion
+        return completion, turn
 
     async def new_episode(self, request: Request) -> JSONResponse:
         try:

@@ -63,7 +63,9 @@ def test_the_openai_client_records_through_the_shared_base_url_with_the_episodes
         anonymous = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-anything", max_retries=0)
         assert anonymous.chat.completions.create(**CHAT).choices[0].message.content == "42"
     assert _turns(store, started["episode_id"]) == 3 and _turns(store, other["episode_id"]) == 0
-    assert _recorded(store) == 3  # a call with no episode's key is answered, not recorded
+    # A call with no episode's key went to a conversation of its own (tests/.../test_conversations.py).
+    [own] = [e for e in store.list_episodes() if e.implicit]
+    assert _turns(store, own.id) == 1 and _recorded(store) == 4
 
 
 def test_with_a_token_a_key_reaches_its_own_episodes_v1_routes_only(store: EpisodeStore) -> None:
