@@ -33,6 +33,7 @@ from episodes.records import EpisodeStatus
 from episodes.store import EpisodeStore
 from mcp_server.result_size import result_chars
 from mcp_server.schema import argument_problems
+from training.gateway.episode_keys import episode_of, is_episode_key
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +74,10 @@ class EpisodeRecorder:
     workspace: str | None = None
     """The served workspace: the episodes this server starts are in it unless start_episode names
     another, so a test run recorded with only a commit can be re-checked in that repository."""
+    adopted: str | None = None
+    """An episode started elsewhere (the policy endpoint's, for an agent run whose model is the
+    student): every session's episode until one starts its own or ends it (`Settings.episode`). A
+    session's end does not end it: whoever started it does."""
     _current: dict[str, str] = field(default_factory=dict)
     _last_ended: dict[str, str] = field(default_factory=dict)
     _process_key: str = field(default_factory=lambda: f"proc-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -99,7 +104,7 @@ class EpisodeRecorder:
         return key
 
     def current(self, session_key: str) -> str | None:
-        return self._current.get(session_key)
+        return self._current.get(session_key) or self.adopted
 
     def bind(self, session_key: str, episode_id: str) -> None:
         self._current[session_key] = episode_id
@@ -107,6 +112,8 @@ class EpisodeRecorder:
     def unbind(self, episode_id: str) -> None:
         for key in [k for k, v in self._current.items() if v == episode_id]:
             del self._current[key]
+        if episode_id == self.adopted:  # ended through this server: later calls go elsewhere
+            self.adopted = None
 
     def ended(self, session_key: str, episode_id: str) -> None:
         """The session ended `episode_id`: feedback that follows without an id is about it."""
@@ -118,7 +125,7 @@ class EpisodeRecorder:
     async def close_session(self, session_key: str, reason: str) -> None:
         self._last_ended.pop(session_key, None)
         episode_id = self._current.pop(session_key, None)
-        if episode_id is None:
+        if episode_id is None or episode_id == self.adopted:
             return
         # Already ended elsewhere (or gone): nothing to abort.
         with contextlib.suppress(StoreError):
@@ -190,6 +197,24 @@ class EpisodeRecorder:
             step(episode_id, wait=False)
         except StoreBusy:
             await self.run(step, episode_id)
+
+
+def adopted_episode(given: str | None, policy_token: str | None, store: EpisodeStore) -> str | None:
+    """The open episode `Settings.episode` names (an episode key the policy endpoint minted, or an
+    id), or None, with the reason logged, when it names none: the server then records as usual."""
+    if given is None:
+        return None
+    episode_id = episode_of(given, policy_token) if is_episode_key(given) else given
+    try:
+        if episode_id is None:
+            raise LookupError("it is not an api_key the policy endpoint minted under RLIDE_POLICY_TOKEN")
+        status = store.get_episode(episode_id).status
+        if status is not EpisodeStatus.open:
+            raise LookupError(f"episode {episode_id} has ended ({status.value})")
+    except (LookupError, EpisodeNotFound) as exc:
+        log.error("episode_not_adopted", reason=f"RLIDE_EPISODE: {exc}", then="tool calls go to implicit episodes")
+        return None
+    return episode_id
 
 
 def summarize(result: HandlerResult) -> tuple[str | None, str | None]:

@@ -24,7 +24,13 @@ from episodes.db import EpisodeNotFound
 from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub, VerificationHub
 from mcp_server.logs import configure_logging
-from mcp_server.middleware import EpisodeRecorder, ProtocolFaults, RecordingMiddleware, ResultSizeLimit
+from mcp_server.middleware import (
+    EpisodeRecorder,
+    ProtocolFaults,
+    RecordingMiddleware,
+    ResultSizeLimit,
+    adopted_episode,
+)
 from mcp_server.prompts import PROMPTS
 from mcp_server.schema import argument_problems, inline_refs
 from mcp_server.settings import Settings, load_settings
@@ -144,7 +150,12 @@ def build_server(settings: Settings | None = None) -> RlideServer:
         served = settings.served_workspace
         if served is None:
             log.warning("no_workspace_served", reason=settings.no_workspace_reason())
-        recorder = EpisodeRecorder(store, workspace=str(served) if served is not None else None)
+        adopted = adopted_episode(
+            settings.episode.get_secret_value() if settings.episode else None,
+            settings.policy_token.get_secret_value() if settings.policy_token else None,
+            store,
+        )
+        recorder = EpisodeRecorder(store, workspace=str(served) if served is not None else None, adopted=adopted)
         workspaces = WorkspaceHub(settings)
         if settings.index_on_start:
             workspaces.index_in_background()

@@ -159,6 +159,13 @@ class Settings(BaseSettings):
         None,
         description="Bearer token (an OpenAI client's api_key) for the policy endpoint; mandatory off loopback.",
     )
+    episode: SecretStr | None = Field(
+        None,
+        description="The episode this MCP server's tool calls go to when the agent names none, instead of an"
+        " implicit one: the api_key (or episode_id) the policy endpoint's POST /episodes returned, for an agent"
+        " run whose model is the student, so its model turns and tool calls are one episode. The session's end"
+        " does not end it.",
+    )
 
     @property
     def weights(self) -> RewardWeights:
@@ -217,7 +224,7 @@ class Settings(BaseSettings):
     def public_dict(self) -> dict[str, object]:
         """The settings as shown to a person: secrets masked, passwords in URLs hidden."""
         data = self.model_dump(mode="json")
-        for secret in ("http_token", "policy_token", "turbopuffer_api_key", "embeddings_api_key"):
+        for secret in ("http_token", "policy_token", "episode", "turbopuffer_api_key", "embeddings_api_key"):
             data[secret] = "***" if getattr(self, secret) else None
         data["database_url"] = mask_url_password(self.episode_db_url)
         data["config_file"] = str(config_file())

@@ -305,7 +305,7 @@ async def give_feedback(
         owner = await state.recorder.run(state.store.session_of, target)
     except EpisodeNotFound as exc:
         raise ToolError(f"{exc}: call list_episodes to see valid ids") from exc
-    if owner != key:
+    if owner != key and target != state.recorder.adopted:  # the run this server was started for is its own
         raise ToolError(
             f"episode {target} was not started in this session: an agent rates only its own session's episodes"
             " (a person rates any episode in the dashboard or with `rlide episodes rate`)"
