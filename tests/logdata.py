@@ -151,8 +151,10 @@ class CannedEngine:
         token_ids: list[int] | None = None,
         tool_calls: list[dict[str, Any]] | None = None,
         prompt_token_ids: list[int] | None = None,
+        context_length: int | None = 32768,
     ) -> None:
         self.pieces = pieces or ["4", "2"]
+        self.context_length = context_length
         self.token_ids = token_ids or [100 + i for i in range(len(self.pieces))]
         self.logprobs = [-0.5 / (i + 1) - 1e-9 * i for i in range(len(self.pieces))]
         self.tool_calls = tool_calls

@@ -1,8 +1,10 @@
 """The policy endpoint: OpenAI-compatible chat completions from the latest checkpoint, recorded.
 
     GET  /v1/models                                  the policy under its stable alias ("student") and as
-                                                     student@{step}, each with its checkpoint_step and its
-                                                     episode_log (the log's URL, any password masked)
+                                                     student@{step}, each with its checkpoint_step, its
+                                                     episode_log (the log's URL, any password masked) and,
+                                                     when the engine knows it, max_model_len (vLLM's name
+                                                     for the context length)
     POST /v1/chat/completions                        a completion (or, with stream=true, its events), recorded:
                                                      into the episode whose API key it carries (or, with the
                                                      token, that an X-Rlide-Episode header names), else into
@@ -451,6 +453,7 @@ class Gateway:
                 "owned_by": "rlide",
                 "checkpoint_step": step,
                 "episode_log": self.episode_log,
+                **({"max_model_len": context} if (context := self.engine.context_length) is not None else {}),
             }
             for name in served_names(self.alias, step)
         ]

@@ -75,6 +75,11 @@ class PolicyEngine(Protocol):
     @property
     def checkpoint_step(self) -> int: ...
 
+    @property
+    def context_length(self) -> int | None:
+        """The model's context in tokens, prompt and answer together (vLLM's `max_model_len`);
+        None when unknown."""
+
     def refresh(self) -> int:
         """Pick up a newer checkpoint if there is one; return the step now served."""
 
@@ -120,6 +125,10 @@ class TransformersEngine:
     @property
     def checkpoint_step(self) -> int:
         return max(self._step, 0)
+
+    @property
+    def context_length(self) -> int | None:
+        return int(self._model.config.max_position_embeddings)  # what `sample_choices` holds prompts to
 
     def refresh(self) -> int:
         with self._lock:
@@ -255,10 +264,16 @@ class ProxyEngine:
         self._models_url = base_url.rstrip("/") + "/models"
         self._http = http_client or httpx.Client(timeout=timeout_s)
         self._step: int | None = None
+        self._context_length: int | None = None
 
     @property
     def checkpoint_step(self) -> int:
         return self._step or 0
+
+    @property
+    def context_length(self) -> int | None:
+        """As the upstream's `/v1/models` gives it for the model served (vLLM: `max_model_len`)."""
+        return self._context_length
 
     def refresh(self) -> int:
         """Serve the newest checkpoint the upstream lists that the log has committed."""
@@ -266,11 +281,14 @@ class ProxyEngine:
         if resp.status_code >= 400:
             raise _upstream_refusal(resp)
         prefix = f"{self.upstream_model}@"
+        models = [model for model in resp.json().get("data") or [] if isinstance(model, dict)]
         listed = sorted(
             int(name[len(prefix) :])
-            for name in (str(model.get("id", "")) for model in resp.json().get("data") or [])
+            for name in (str(model.get("id", "")) for model in models)
             if name.startswith(prefix) and name[len(prefix) :].isdigit()
         )
+        lengths = [m.get("max_model_len") for m in models if str(m.get("id", "")).startswith(prefix)]
+        self._context_length = next((n for n in lengths if isinstance(n, int) and not isinstance(n, bool)), None)
         committed = self._committed()
         usable = [step for step in listed if committed is None or step <= committed]
         if not usable:

@@ -38,6 +38,9 @@ def test_the_models_list_names_the_episode_log_and_the_openai_client_still_reads
             ("student@0", "model", "rlide"),
         ]
         assert [(m.model_extra or {}).get("episode_log") for m in models] == [store.url, store.url]
+        assert [(m.model_extra or {}).get("max_model_len") for m in models] == [32768, 32768]
+    unknown = TestClient(Gateway(CannedEngine(context_length=None), store).app).get("/v1/models").json()["data"]
+    assert all("max_model_len" not in m for m in unknown)  # not known: not stated, never 0
 
 
 def test_a_password_in_the_log_url_is_not_shown(store: EpisodeStore, monkeypatch: pytest.MonkeyPatch) -> None:

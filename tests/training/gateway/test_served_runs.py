@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+import httpx  # noqa: E402
 import uvicorn  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
 
 from episodes.store import EpisodeStore  # noqa: E402
 from tests.training.proxied import assert_proxied_turn_recorded  # noqa: E402
@@ -54,6 +56,12 @@ def test_a_gpu_run_is_served_by_the_server_its_worker_published(tmp_path: Path, 
     publish(config.model_dir(), Served(base_url=upstream, model="student", api_key="unused"))
     gateway = build_gateway(config, database_url)
     assert_proxied_turn_recorded(gateway, step=0, recorded="student-gpu-1")
+    # The context length the upstream states for its model (the cpu engine: the model's positions)
+    # is what the proxy states, so an agent sizes its history to it (aider read 0 before).
+    [upstream_length] = {m["max_model_len"] for m in httpx.get(f"{upstream}/models").json()["data"]}
+    assert isinstance(upstream_length, int) and upstream_length > 0
+    listed = TestClient(gateway.app).get("/v1/models").json()["data"]
+    assert [m["max_model_len"] for m in listed] == [upstream_length, upstream_length]
     gateway.store.close()
 
     # eval's engine is the same choice; --upstream overrides what the run published.
