@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from training.backends.base import BackendConfig, BackendError, ContextTooLong, checkpoint_steps
-from training.gateway.tool_calls import same_tool_calls, with_tool_calls
+from training.gateway.tool_calls import answered_with_tool_calls, same_tool_calls
 
 
 class BadRequest(Exception):
@@ -215,14 +215,8 @@ class TransformersEngine:
             except ContextTooLong as exc:
                 raise BadRequest(str(exc), 400, "context_length_exceeded") from exc
             step = self.checkpoint_step
-        dumped = [c.model_dump(mode="json") for c in choices]
-        # As vLLM with --enable-auto-tool-choice: a request that offers tools gets the calls its
-        # completion writes as `tool_calls`, unless it said tool_choice "none". A forced choice
-        # ("required", a named function) is read the same way: this engine cannot constrain decoding.
-        if tools and (options or {}).get("tool_choice") != "none":
-            dumped = [with_tool_calls(c) for c in dumped]
         return Completion(
-            choices=dumped,
+            choices=answered_with_tool_calls([c.model_dump(mode="json") for c in choices], tools, options),
             prompt_token_ids=list(prompt_ids),
             completion_token_ids=[_token_ids(c) for c in choices],
             checkpoint_step=step,
@@ -347,7 +341,9 @@ class ProxyEngine:
         choices = [dict(choice) for choice in data.get("choices") or []]
         ids = [_upstream_token_ids(choice) for choice in choices]
         prompt_ids = [int(i) for i in data.get("prompt_token_ids") or []]
-        return Completion(choices=choices, prompt_token_ids=prompt_ids, completion_token_ids=ids, checkpoint_step=step)
+        # vLLM's hermes parser read the tagged calls; calls written in a code fence it leaves as text.
+        answered = answered_with_tool_calls(choices, tools, options)
+        return Completion(choices=answered, prompt_token_ids=prompt_ids, completion_token_ids=ids, checkpoint_step=step)
 
 
 def _upstream_token_ids(choice: dict[str, Any]) -> list[int]:

@@ -20,6 +20,14 @@ the same message whichever engine serves the student. The rules are vLLM's
   parsed: the whole text stays the content, as vLLM logs and answers.
 - Parsed calls make the finish reason `tool_calls`; each call gets a fresh id, `chatcmpl-tool-<hex>`.
 
+Small students often write a call as JSON in a code fence instead, which vLLM's parser leaves as
+text. When a completion has no `<tool_call>` tag, `parse_fenced_calls` reads those: a fence
+(untagged, `json`, `tool_call` or `tool_code`) whose whole body is one object, or a list of objects,
+each `{"name": <a tool the request offered>, "arguments": {...}}` (`parameters` is read as
+`arguments`: Llama's spelling). Only offered tools count, and only object arguments, so a JSON
+example in an answer is not taken for a call. Other fences stay content; the content is the text
+before the first call's fence.
+
 Torch-free and pure, so the gateway and the tests use it without a model.
 """
 
@@ -29,11 +37,13 @@ import contextlib
 import json
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 TOOL_CALL_START = "<tool_call>"
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+_FENCE = re.compile(r"^[ \t]*```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -57,23 +67,56 @@ def parse_tool_calls(text: str) -> ParsedToolCalls | None:
             arguments = json.dumps(call["arguments"], ensure_ascii=False)
         except (ValueError, RecursionError):  # not JSON, or nested past what json reads back
             return None
-        calls.append(
-            {
-                "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
-                "type": "function",
-                "function": {"name": call["name"], "arguments": arguments},
-            }
-        )
+        calls.append(_call(call["name"], arguments))
     content = text[: text.find(TOOL_CALL_START)]
     return ParsedToolCalls(content or None, calls)
 
 
-def with_tool_calls(choice: dict[str, Any]) -> dict[str, Any]:
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-tool-{uuid.uuid4().hex}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def parse_fenced_calls(text: str, offered: Collection[str]) -> ParsedToolCalls | None:
+    """The calls of `offered` tools `text` writes as JSON in code fences, or None when it writes none."""
+    calls: list[dict[str, Any]] = []
+    first: int | None = None
+    for fence in _FENCE.finditer(text):
+        try:
+            value = json.loads(fence.group(1))
+        except (ValueError, RecursionError):
+            continue
+        items = value if isinstance(value, list) else [value]
+        found = [_fenced_call(item, offered) for item in items]
+        if not items or any(call is None for call in found):
+            continue
+        first = fence.start() if first is None else first
+        calls += [call for call in found if call is not None]
+    if first is None:
+        return None
+    return ParsedToolCalls(text[:first] or None, calls)
+
+
+def _fenced_call(item: Any, offered: Collection[str]) -> dict[str, Any] | None:
+    if not isinstance(item, dict) or item.get("name") not in offered:
+        return None
+    arguments = item.get("arguments", item.get("parameters"))
+    if not isinstance(arguments, dict):
+        return None
+    return _call(item["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+def with_tool_calls(choice: dict[str, Any], offered: Collection[str] = ()) -> dict[str, Any]:
     """A completion choice (`Choice.model_dump()`) with the tool calls of its text parsed out of its
     content into `message.tool_calls`, finish reason `tool_calls`; the choice itself when its text
-    makes none. Token ids and logprobs are untouched: they are what was sampled, tags included."""
+    makes none. `offered`: the request's tool names, for calls written in code fences. Token ids and
+    logprobs are untouched: they are what was sampled, tags included."""
     message = choice["message"]
-    parsed = parse_tool_calls(message.get("content") or "")
+    text = message.get("content") or ""
+    parsed = parse_tool_calls(text) if TOOL_CALL_START in text else parse_fenced_calls(text, offered)
     if parsed is None:
         return choice
     return {
@@ -81,6 +124,20 @@ def with_tool_calls(choice: dict[str, Any]) -> dict[str, Any]:
         "message": {**message, "content": parsed.content, "tool_calls": parsed.tool_calls},
         "finish_reason": "tool_calls",
     }
+
+
+def answered_with_tool_calls(
+    choices: list[dict[str, Any]], tools: list[dict[str, Any]] | None, options: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """`choices` as an agent gets them (`with_tool_calls`), as vLLM with `--enable-auto-tool-choice`
+    answers: a request that offers tools gets the calls its completions write, unless it said
+    tool_choice "none". A forced choice ("required", a named function) is read the same way: no
+    engine here constrains decoding. A choice that already has calls (an upstream's parser read
+    them) is left as it is."""
+    if not tools or (options or {}).get("tool_choice") == "none":
+        return choices
+    offered = [str((tool.get("function") or {}).get("name")) for tool in tools]
+    return [c if c["message"].get("tool_calls") else with_tool_calls(c, offered) for c in choices]
 
 
 def same_tool_calls(echoed: list[dict[str, Any]] | None, recorded: list[dict[str, Any]] | None) -> bool:
@@ -103,4 +160,11 @@ def _call_value(call: dict[str, Any]) -> tuple[Any, Any]:
     return function.get("name"), arguments
 
 
-__all__ = ["ParsedToolCalls", "parse_tool_calls", "same_tool_calls", "with_tool_calls"]
+__all__ = [
+    "ParsedToolCalls",
+    "answered_with_tool_calls",
+    "parse_fenced_calls",
+    "parse_tool_calls",
+    "same_tool_calls",
+    "with_tool_calls",
+]

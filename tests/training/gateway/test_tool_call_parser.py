@@ -1,13 +1,21 @@
-"""The student's Hermes tool calls read as vLLM's `hermes` parser reads them, and a client's echo of
-them recognised as the same turn (torch-free: the parser and `PriorTurn` alone; the gateway's end to
-end round trip is in test_gateway.py)."""
+"""The student's Hermes tool calls read as vLLM's `hermes` parser reads them, calls written as JSON in
+a code fence read as well, and a client's echo of them recognised as the same turn (torch-free: the
+parser, `PriorTurn`, and a proxied endpoint over real HTTP with a scripted engine; the cpu engine's
+round trip is in test_gateway.py)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from training.gateway.engines import PriorTurn
+from starlette.testclient import TestClient
+
+from episodes.store import EpisodeStore
+from tests.logdata import CannedEngine
+from tests.training.gateway.test_policy_auth import uvicorn_on_loopback
+from training.gateway.app import Gateway
+from training.gateway.engines import PriorTurn, ProxyEngine
 from training.gateway.tool_calls import parse_tool_calls, same_tool_calls, with_tool_calls
 
 
@@ -139,3 +147,83 @@ def test_a_conversation_echoing_the_calls_continues_the_turn_that_made_them() ->
     assert not plain.continued_by(
         [*first, {"role": "assistant", "content": "4", "tool_calls": [call("f", "{}")]}, result]
     )
+
+
+OFFERED = ("run_tests", "search_code")
+
+
+def fenced(text: str) -> tuple[str | None, list[tuple[str, str]]] | None:
+    parsed = with_tool_calls({"index": 0, "message": {"role": "assistant", "content": text}}, OFFERED)
+    if "tool_calls" not in parsed["message"]:
+        return None
+    assert parsed["finish_reason"] == "tool_calls"
+    calls = parsed["message"]["tool_calls"]
+    return parsed["message"]["content"], [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+
+
+def test_a_call_small_models_write_as_json_in_a_code_fence_is_a_call() -> None:
+    """Qwen2.5-0.5B behind aider wrote its calls this way; vLLM's hermes parser leaves them as text."""
+    text = 'I will run the tests.\n```json\n{"name": "run_tests", "arguments": {"test_command": "pytest -q"}}\n```\n'
+    assert fenced(text) == ("I will run the tests.\n", [("run_tests", '{"test_command": "pytest -q"}')])
+    untagged = '```\n{"name": "search_code", "parameters": {"query": "naïve"}}\n```'  # Llama's key
+    assert fenced(untagged) == (None, [("search_code", '{"query": "naïve"}')])
+    both = (
+        '```json\n[{"name": "search_code", "arguments": {"query": "x"}}, {"name": "run_tests", "arguments": {}}]\n```'
+    )
+    assert fenced(both) == (None, [("search_code", '{"query": "x"}'), ("run_tests", "{}")])
+
+
+def test_json_in_a_fence_that_is_no_call_of_an_offered_tool_stays_text() -> None:
+    for text in [
+        '```json\n{"name": "rm_rf", "arguments": {"path": "/"}}\n```',  # a tool nobody offered
+        '```json\n{"name": "run_tests", "arguments": "pytest"}\n```',  # arguments not an object
+        '```json\n{"name": "run_tests"}\n```',  # no arguments
+        '```python\n{"name": "run_tests", "arguments": {}}\n```',  # code, not a call
+        '```json\n{"name": "run_tests", "arguments": {}\n```',  # not JSON
+        '```json\n[{"name": "run_tests", "arguments": {}}, {"user": "ann"}]\n```',  # one item is no call
+        'The config is {"name": "run_tests", "arguments": {}} inline.',  # not in a fence
+    ]:
+        assert fenced(text) is None, text
+    # A call among examples: only the call's fence is a call; the text before it is the content.
+    mixed = 'Example:\n```json\n{"user": "ann"}\n```\nNow:\n```json\n{"name": "run_tests", "arguments": {}}\n```'
+    assert fenced(mixed) == ('Example:\n```json\n{"user": "ann"}\n```\nNow:\n', [("run_tests", "{}")])
+    # With no tool offered, nothing is read from fences; Hermes tags are read first and alone.
+    assert with_tool_calls({"message": {"content": '```json\n{"name": "run_tests", "arguments": {}}\n```'}}) == {
+        "message": {"content": '```json\n{"name": "run_tests", "arguments": {}}\n```'}
+    }
+    tagged = '<tool_call>{"name": "search_code", "arguments": {}}</tool_call>\n'
+    tagged += '```json\n{"name": "run_tests", "arguments": {}}\n```'
+    assert fenced(tagged) == (None, [("search_code", "{}")])
+
+
+def test_a_proxied_upstream_that_leaves_a_fenced_call_as_text_answers_it_as_tool_calls(tmp_path: Path) -> None:
+    """vLLM's hermes parser leaves a fenced call as text; the gateway in front of it (`ProxyEngine`,
+    the GPU path) reads it as the cpu engine does, and keeps the upstream's tokens as sampled. The
+    upstream here is a second rlide endpoint over real HTTP whose engine writes the fenced call."""
+    pieces = ["ok\n", "```json\n", '{"name": "run_tests", ', '"arguments": {"test_command": "pytest"}}', "\n```"]
+    store = EpisodeStore.open(str(tmp_path / "up.db"))
+    front_log = EpisodeStore.open(str(tmp_path / "front.db"))
+    tools = [{"type": "function", "function": {"name": "run_tests"}}]
+    ask = {"model": "student", "messages": [{"role": "user", "content": "test it"}], "max_tokens": 8, "tools": tools}
+    try:
+        with uvicorn_on_loopback(Gateway(CannedEngine(pieces), store).app) as upstream:
+            front = TestClient(Gateway(ProxyEngine(f"{upstream}/v1", "student"), front_log).app)
+            episode = front.post("/episodes", json={"task": "test it"}).json()
+            answer = front.post(
+                "/v1/chat/completions", json=ask, headers={"Authorization": f"Bearer {episode['api_key']}"}
+            )
+            as_text = front.post("/v1/chat/completions", json={**ask, "tool_choice": "none"}).json()
+    finally:
+        store.close()
+    choice = answer.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "ok\n"
+    [made] = choice["message"]["tool_calls"]
+    assert (made["function"]["name"], json.loads(made["function"]["arguments"])) == (
+        "run_tests",
+        {"test_command": "pytest"},
+    )
+    assert as_text["choices"][0]["message"]["content"] == "".join(pieces)
+    assert not as_text["choices"][0]["message"].get("tool_calls")
+    [turn] = front_log.turns.policy_turns(episode["episode_id"])
+    assert turn.completion_token_ids == [100, 101, 102, 103, 104]  # the upstream's sampled tokens, untouched
+    front_log.close()
