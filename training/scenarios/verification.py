@@ -265,10 +265,12 @@ ANSWER_TIMEOUT_S = 60.0
 instance (`bug_tasks.attempt.pose`), unless the project's own limit is lower."""
 
 
-def answer_limits(tests: ProjectTests, timeout_s: float = ANSWER_TIMEOUT_S) -> ProjectTests:
-    """`tests` as a model's answer is judged with them: within `timeout_s`, or the project's own
-    limit if lower. An answer sampled from a policy in training that loops forever would otherwise
-    hold a rollout for the project's whole limit (300 s by default), and a hang is a fail either way."""
+def answer_limits(tests: ProjectTests, timeout_s: float | None = None) -> ProjectTests:
+    """`tests` as a model's answer is judged with them: within `timeout_s` (default
+    `ANSWER_TIMEOUT_S`, read when called), or the project's own limit if lower. An answer sampled
+    from a policy in training that loops forever would otherwise hold a rollout for the project's
+    whole limit (300 s by default), and a hang is a fail either way."""
+    timeout_s = ANSWER_TIMEOUT_S if timeout_s is None else timeout_s
     if tests.timeout_s <= timeout_s:
         return tests
     return replace(tests, timeout_s=timeout_s, timeout_from="the limit on judging a model's answer")
