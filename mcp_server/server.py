@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from episodes.db import EpisodeNotFound
 from episodes.store import EpisodeStore
-from mcp_server.execution import ExecutionHub, VerificationHub
+from mcp_server.execution import ExecutionHub, verification_hub
 from mcp_server.logs import configure_logging
 from mcp_server.middleware import (
     EpisodeRecorder,
@@ -160,7 +160,7 @@ def build_server(settings: Settings | None = None) -> RlideServer:
         if settings.index_on_start:
             workspaces.index_in_background()
         execution = ExecutionHub(settings)
-        verification = VerificationHub(settings, store, execution)
+        verification = verification_hub(settings, store, execution)
         try:
             async with anyio.create_task_group() as background:
                 verification.start(background)

@@ -10,10 +10,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from episodes.store import EpisodeStore
-from mcp_server.execution import ExecutionHub, VerificationHub
+from mcp_server.execution import ExecutionHub
 from mcp_server.middleware import EpisodeRecorder
 from mcp_server.settings import Settings
 from mcp_server.workspaces import WorkspaceHub
+from training.scenarios.verification_hub import VerificationHub
 
 
 @dataclass

@@ -20,14 +20,14 @@ from episodes.records import (
     EpisodeVerifier,
     RewardSource,
     StateKind,
-    VerifierState,
     VerifierVerdict,
 )
-from mcp_server.capture import capture
 from mcp_server.middleware import client_name, note_step
 from mcp_server.result_size import clip, fit_count
 from mcp_server.state import AppState, app_state
+from training.scenarios.capture import capture
 from training.scenarios.snapshots import GitSnapshots, Snapshot, SnapshotUnavailable
+from training.scenarios.verification_hub import describe_verifier
 
 log = structlog.get_logger(__name__)
 
@@ -177,21 +177,8 @@ async def _begin_verifier(state: AppState, episode_id: str, workspace: str | Non
     try:
         start = await anyio.to_thread.run_sync(GitSnapshots().working_tree, root)
     except SnapshotUnavailable as exc:  # not a git working tree, too large to send: say so with the episode
-        return await state.verification.refuse(episode_id, str(exc))
-    return await state.verification.begin(episode_id, start)
-
-
-def describe_verifier(verifier: EpisodeVerifier | None) -> str:
-    """One line for the agent: what verifies the episode and where that stands."""
-    if verifier is None:
-        return "none: no served git workspace, so the episode is verified only by a person's rating"
-    if verifier.state is VerifierState.unavailable:
-        return f"none: {verifier.reason}"
-    if verifier.state is VerifierState.pending:
-        return f"`{verifier.command}`, running on the start state now: its failing tests will be the task"
-    failing = verifier.fail_to_pass or []
-    shown = ", ".join(failing[:5]) + (f" and {len(failing) - 5} more" if len(failing) > 5 else "")
-    return f"`{verifier.command}`: {len(failing)} tests fail at the start and must pass at the end: {shown}"
+        return await state.verification.refuse(episode_id, root, str(exc))
+    return await state.verification.begin(episode_id, root, start)
 
 
 async def end_episode(

@@ -30,13 +30,14 @@ from envpool.sandbox.base import (
 from envpool.verifiers.reports import TestRunOutcome
 from episodes.db import EpisodeNotFound
 from episodes.records import StateKind
-from mcp_server.capture import capture
 from mcp_server.middleware import note_step
 from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
-from mcp_server.tools.episodes import EpisodeId, describe_verifier, progress_while
+from mcp_server.tools.episodes import EpisodeId, progress_while
+from training.scenarios.capture import capture
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, Snapshot, SnapshotUnavailable
+from training.scenarios.verification_hub import describe_verifier
 
 Files = Annotated[
     dict[str, str] | None,

@@ -21,10 +21,10 @@ from mcp.client.stdio import stdio_client
 
 from episodes.records import StateKind
 from episodes.store import EpisodeStore
-from mcp_server.capture import capture
 from tests.git_repos import git, plain_venv
 from tests.mcp_calls import call_ok
 from training.data.export import export
+from training.scenarios.capture import capture
 from training.scenarios.snapshots import unified_diff
 
 CALC = "def add(a, b):\n    return a - b\n"

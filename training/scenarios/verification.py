@@ -519,16 +519,15 @@ class EpisodeVerification:
 
     # -- recovery -------------------------------------------------------------------------------
 
-    def run_pending(self) -> int:
-        """Run what a stopped server left: verifiers never established, end states never verified.
-        Returns how many were finished; one that fails again stays pending."""
-        done = 0
-        for episode_id in self.store.pending_verifications():
-            try:
-                verifier = self.establish(episode_id)
-                if verifier.end_requested:
-                    self.verify_end(episode_id)
-                done += 1
-            except VerifierUnavailable as exc:
-                log.warning("verification.pending_failed", episode_id=episode_id, error=str(exc))
-        return done
+    def finish_pending(self, episode_id: str) -> bool:
+        """Run what a stopped server left of one episode (`EpisodeStore.pending_verifications`): its
+        verifier never established, its end state never verified. False when it failed again (it
+        stays pending)."""
+        try:
+            verifier = self.establish(episode_id)
+            if verifier.end_requested:
+                self.verify_end(episode_id)
+        except VerifierUnavailable as exc:
+            log.warning("verification.pending_failed", episode_id=episode_id, error=str(exc))
+            return False
+        return True

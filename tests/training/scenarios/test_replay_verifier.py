@@ -16,10 +16,10 @@ import pytest
 
 from episodes.records import EpisodeStatus, StateKind
 from episodes.store import EpisodeStore
-from mcp_server.capture import capture
 from tests.git_repos import git
 from training.scenarios import verification
 from training.scenarios.base import Scenario, check_verifier, scenarios_from_log, verify
+from training.scenarios.capture import capture
 from training.scenarios.sandbox_runner import SandboxRunner
 from training.scenarios.snapshots import GitSnapshots, unified_diff
 from training.scenarios.verification import EpisodeVerification, ProjectSetup
