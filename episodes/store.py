@@ -264,13 +264,16 @@ class EpisodeStore:
             ).fetchall()
         return [episode_from_row(row, self.weights) for row in rows]
 
-    def expire_idle(self, idle_seconds: float) -> list[str]:
-        """Mark open episodes untouched for `idle_seconds` as timed out; return their ids."""
+    def expire_idle(self, idle_seconds: float, source: EpisodeSource | None = None) -> list[str]:
+        """Mark open episodes (of `source`, else any) untouched for `idle_seconds` as timed out; return
+        their ids. Whoever records a source sweeps it: the MCP server an IDE's, the endpoint its own."""
         now = time.time()
         with self.db.transaction(write=True) as cur:
-            stale = cur.execute(
-                "SELECT id FROM episodes WHERE status = 'open' AND updated_at < ?", (now - idle_seconds,)
-            ).fetchall()
+            sql = "SELECT id FROM episodes WHERE status = 'open' AND updated_at < ?"
+            args: list[float | str] = [now - idle_seconds]
+            if source is not None:
+                sql, args = sql + " AND source = ?", [*args, source.value]
+            stale = cur.execute(sql, tuple(args)).fetchall()
             for (episode_id,) in stale:
                 cur.execute(
                     "UPDATE episodes SET status = 'timeout', ended_at = ?, updated_at = ? WHERE id = ?",

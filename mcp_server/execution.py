@@ -17,6 +17,7 @@ import structlog
 
 from envpool.sandbox.base import RunRequest, RunResult
 from envpool.sandbox.project_env import editable_paths, project_site, sandbox_python
+from episodes.records import EpisodeSource
 from episodes.store import EpisodeStore
 from mcp_server.settings import Settings
 from training.scenarios.verification import EpisodeVerification, ProjectSetup
@@ -110,4 +111,5 @@ def verification_hub(settings: Settings, store: EpisodeStore, execution: Executi
         verification_of,
         verifies=lambda root: root == settings.served_workspace,
         idle_timeout_s=settings.episode_idle_timeout_s,
+        source=EpisodeSource.external,
     )

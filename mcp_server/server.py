@@ -21,6 +21,7 @@ from mcp_types import Tool as MCPTool
 from pydantic import ValidationError
 
 from episodes.db import EpisodeNotFound
+from episodes.records import EpisodeSource
 from episodes.store import EpisodeStore
 from mcp_server.execution import ExecutionHub, verification_hub
 from mcp_server.logs import configure_logging
@@ -143,7 +144,7 @@ def build_server(settings: Settings | None = None) -> RlideServer:
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppState]) -> AsyncIterator[AppState]:
         store = EpisodeStore.open(settings.episode_db_url, settings.weights)
-        expired = store.expire_idle(settings.episode_idle_timeout_s)
+        expired = store.expire_idle(settings.episode_idle_timeout_s, EpisodeSource.external)
         for episode_id in expired:  # its last recorded state is verified with what the last server left
             store.request_end_verification(episode_id)
         log.info("server_started", episode_log=settings.public_dict()["database_url"], expired_idle=len(expired))

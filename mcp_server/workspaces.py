@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from common.allowed_folders import FolderNotAllowed, allowed_folder
 from episodes.records import EpisodeDetail
 from mcp_server.settings import Settings
 from memory.errors import RlideMemoryError
@@ -97,27 +98,18 @@ class WorkspaceHub:
             if served is None:
                 raise PathNotAllowed(self.settings.no_workspace_reason())
             return served
-        try:
-            candidate = Path(path).expanduser()
-            if not candidate.is_absolute():
-                candidate = (served or Path.cwd()) / candidate
-            resolved = candidate.resolve()
-            is_dir = resolved.is_dir()
-        except (OSError, RuntimeError, ValueError) as exc:  # too long; `~user` unknown or a symlink loop; a NUL byte
-            reason = getattr(exc, "strerror", None) or exc
-            message = f"{path[:200]!r} cannot be used as a folder ({reason}): pass a project folder"
-            raise PathNotAllowed(message) from exc
         if not self.allowed_roots:
             raise PathNotAllowed(self.settings.no_workspace_reason())
-        if not any(resolved == root or resolved.is_relative_to(root) for root in self.allowed_roots):
-            roots = ", ".join(str(r) for r in self.allowed_roots)
-            raise PathNotAllowed(
-                f"{resolved} is outside the directories this server may index ({roots}); index one of those, "
-                "or ask the user to add it to RLIDE_ALLOWED_ROOTS"
+        try:
+            return allowed_folder(
+                path,
+                self.allowed_roots,
+                base=served or Path.cwd(),
+                purpose="index",
+                widen="index one of those, or ask the user to add it to RLIDE_ALLOWED_ROOTS",
             )
-        if not is_dir:
-            raise PathNotAllowed(f"{resolved} is not a directory: pass a project folder")
-        return resolved
+        except FolderNotAllowed as exc:
+            raise PathNotAllowed(str(exc)) from exc
 
     def service(self, root: Path) -> MemoryService:
         """The memory service of `root`, created on first use. Blocking: call it from a thread."""

@@ -486,11 +486,23 @@ def policy_serve(
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
     checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
+    workspace: Annotated[
+        list[Path] | None,
+        typer.Option(
+            exists=True,
+            file_okay=False,
+            resolve_path=True,
+            help="A folder whose episodes are captured and verified (repeatable; default: RLIDE_WORKSPACE or the"
+            " folder it is started in, plus RLIDE_ALLOWED_ROOTS). POST /episodes may name it or a folder under it.",
+        ),
+    ] = None,
 ) -> None:
     """Serve /v1/chat/completions and /v1/models; an episode's calls are recorded with logprobs.
 
     POST /episodes starts an episode and mints its API key: calls to /v1 with that key (or under
-    /episodes/{id}/v1) are recorded into it.
+    /episodes/{id}/v1) are recorded into it. An episode that names its workspace gets the start and
+    end states captured and the project's own tests as its verifier, run by rlide in the sandbox
+    when it ends or goes idle (RLIDE_EPISODE_IDLE_TIMEOUT_S).
 
     With RLIDE_POLICY_TOKEN set, requests need `Authorization: Bearer <token>` (an OpenAI client's api_key).
 
@@ -511,13 +523,25 @@ def policy_serve(
     quiet_libraries()
     from training.backends.base import BackendError
     from training.gateway.app import AddressUnavailable, Gateway, serve
+    from training.gateway.workspaces import WorkspaceRules
+
+    served = settings.served_workspace
+    rules = WorkspaceRules(
+        roots=(*(workspace or ([served] if served is not None else [])), *settings.allowed_roots),
+        sandbox=settings.sandbox,
+        test_command=settings.test_command,
+        test_memory_mb=settings.test_memory_mb,
+        test_timeout_s=settings.test_timeout_s,
+        idle_timeout_s=settings.episode_idle_timeout_s,
+    )
+    verified = ", ".join(str(root) for root in rules.roots) or "none (--workspace DIR names one)"
 
     def listening(url: str, gateway: Gateway) -> None:
         typer.echo(
             f"policy endpoint listening on {url}: OpenAI base URL {url}/v1, model {gateway.alias!r}"
             f" (run {run!r}, checkpoint step {gateway.engine.checkpoint_step}), episode log {gateway.episode_log}."
             f" Calls are recorded: into the episode whose API key they carry (POST {url}/episodes mints one),"
-            " else one episode per conversation",
+            f" else one episode per conversation. Workspaces episodes may name (captured and verified): {verified}",
             err=True,
         )
 
@@ -533,6 +557,7 @@ def policy_serve(
             upstream=upstream,
             on_listening=listening,
             checkpoint=step,
+            workspaces=rules,
         )
     except (BackendError, AddressUnavailable) as exc:
         raise fail(str(exc)) from exc

@@ -10,14 +10,18 @@
                                                      token, that an X-Rlide-Episode header names), else into
                                                      the episode of the conversation it continues
                                                      (`conversations`; n>1: not recorded)
-    POST /episodes                                   {"task"} -> a new `policy` episode's id, its base URL
-                                                     and its API key (`episode_keys`)
+    POST /episodes                                   {"task", "workspace"?} -> a new `policy` episode's id, its
+                                                     base URL and its API key (`episode_keys`); with a
+                                                     workspace, its start state is captured and its verifier
+                                                     named (`workspaces`)
     GET  /episodes/{id}/v1/models                    same as /v1/models (for clients given a base URL)
     POST /episodes/{id}/v1/chat/completions          a completion recorded into episode {id} with its
                                                      prompt/completion token ids and per-token logprobs
     POST /episodes/{id}/end                          {"outcome": success|failure|aborted, "reward"?}: the outcome
                                                      is recorded as MCP's end_episode records it (+1, -1, 0);
-                                                     the reward, a claim (never verified evidence)
+                                                     the reward, a claim (never verified evidence); with a
+                                                     workspace, its end state is captured and verified by
+                                                     rlide (the answer's "verification")
 
 An agent pointed at `http://host:port/episodes/{id}/v1` as its OpenAI base URL, or at
 `http://host:port/v1` with the episode's API key, produces a policy episode whose every assistant
@@ -38,12 +42,14 @@ the engine does, when it is built.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -54,18 +60,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from common.allowed_folders import FolderNotAllowed
 from common.http_auth import check_bind, protect
 from common.json_body import JsonBodyError, read_json
 from common.web_guard import ApiGuard
 from episodes.codec import encode_choice
 from episodes.db import EpisodeClosed, EpisodeNotFound, PolicyTurnRefused, mask_url_password
 from episodes.policy_turns import EncodedTurn
-from episodes.records import Episode, EpisodeSource, EpisodeStatus, RewardSource
+from episodes.records import EpisodeSource, EpisodeStatus, EpisodeVerifier, RewardSource, StateKind
 from episodes.store import EpisodeStore
 from training.backends.base import BackendConfig
 from training.gateway.conversations import Conversations, LastTurns, prior_turn, redacted_request
 from training.gateway.engines import BadRequest, Completion, PolicyEngine, policy_engine
 from training.gateway.episode_keys import EPISODE_HEADER, KEY_PATHS, episode_of, is_episode_key, mint
+from training.gateway.workspaces import EpisodeWorkspaces, WorkspaceRules
+from training.scenarios.capture import capture
+from training.scenarios.snapshots import GitSnapshots, Snapshot, SnapshotUnavailable
+from training.scenarios.verification_hub import describe_verifier
 
 MAX_TOKENS_LIMIT = 4096
 FORWARDED_OPTIONS = (
@@ -312,6 +323,13 @@ class NewEpisode(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     task: str = Field(min_length=1, pattern=r"\S", description="what the agent is asked to do")
     client: str | None = Field(None, max_length=200, description="the agent's name (default: gateway)")
+    workspace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="the project folder the agent works in (under the endpoint's --workspace roots): its state is"
+        " captured at the start and the end, and its own tests verify the end",
+    )
 
 
 class EndEpisode(BaseModel):
@@ -401,11 +419,13 @@ class Gateway:
         token: str | None = None,
         recorded_model: str | None = None,
         bind_host: str | None = None,
+        workspaces: WorkspaceRules | None = None,
     ) -> None:
         """`recorded_model`: the name a recorded turn gives its model, `{recorded_model}@{step}`: the run's
         (`BackendConfig.run_model_name`), so the run's worker trains on its own episodes only.
         `bind_host`: the address `app` is served on (`serve`); whoever serves `app` on a socket
-        passes it, so that a loopback bind refuses a DNS-rebinding Host. None: served in-process."""
+        passes it, so that a loopback bind refuses a DNS-rebinding Host. None: served in-process.
+        `workspaces`: the folders whose episodes are captured and verified (`gateway.workspaces`)."""
         self.engine = engine
         self.store = store
         self.alias = engine.model_id
@@ -414,7 +434,9 @@ class Gateway:
         """The episode log recorded into, as /v1/models shows it (a password in its URL masked)."""
         self.last_turns = LastTurns()
         self.conversations = Conversations(self.last_turns)
+        self.workspaces = EpisodeWorkspaces(store, workspaces or WorkspaceRules())
         self.routes = Starlette(
+            lifespan=self._lifespan,
             routes=[
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -422,7 +444,7 @@ class Gateway:
                 Route("/episodes/{episode_id}/v1/models", self.models, methods=["GET"]),
                 Route("/episodes/{episode_id}/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/episodes/{episode_id}/end", self.end_episode, methods=["POST"]),
-            ]
+            ],
         )
         self.token = token
         self.app = ApiGuard(
@@ -547,24 +569,57 @@ class Gateway:
         self.last_turns.put(episode_id, turn.context(turn_id))
         return completion, turn
 
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _: Starlette) -> AsyncIterator[None]:
+        """While served: the verifier finishes what a stopped endpoint left and times out idle episodes."""
+        try:
+            async with anyio.create_task_group() as tasks:
+                self.workspaces.hub.start(tasks)
+                yield
+                tasks.cancel_scope.cancel()  # a verification left pending is resumed by the next start
+        finally:
+            await anyio.to_thread.run_sync(self.workspaces.close)
+
     async def new_episode(self, request: Request) -> JSONResponse:
         try:
             body = _validated(NewEpisode, await _json_body(request))
+            root = None if body.workspace is None else await anyio.to_thread.run_sync(self._workspace, body.workspace)
         except BadRequest as exc:
-            return _error(exc.status, str(exc))
+            return _error(exc.status, str(exc), code=exc.code)
         episode = await anyio.to_thread.run_sync(
-            lambda: self.store.start_episode(body.task, source=EpisodeSource.policy, client=body.client or "gateway")
+            lambda: self.store.start_episode(
+                body.task,
+                source=EpisodeSource.policy,
+                client=body.client or "gateway",
+                workspace=None if root is None else str(root),
+            )
         )
         base = str(request.base_url).rstrip("/")
-        return JSONResponse(
-            {
-                "episode_id": episode.id,
-                "base_url": f"{base}/episodes/{episode.id}/v1",
-                "api_key": mint(episode.id, self.token),
-                "shared_base_url": f"{base}/v1",
-            },
-            status_code=201,
-        )
+        started: dict[str, Any] = {
+            "episode_id": episode.id,
+            "base_url": f"{base}/episodes/{episode.id}/v1",
+            "api_key": mint(episode.id, self.token),
+            "shared_base_url": f"{base}/v1",
+        }
+        if root is not None:
+            started |= {"workspace": str(root), "verifier": describe_verifier(await self._begin(episode.id, root))}
+        return JSONResponse(started, status_code=201)
+
+    def _workspace(self, path: str) -> Path:
+        try:
+            return self.workspaces.resolve(path)
+        except FolderNotAllowed as exc:
+            raise BadRequest(str(exc), code="workspace_not_allowed") from exc
+
+    async def _begin(self, episode_id: str, root: Path) -> EpisodeVerifier:
+        """The episode's start state, captured, and its verifier, whose start run goes on meanwhile."""
+        hub = self.workspaces.hub
+        await anyio.to_thread.run_sync(capture, self.store, root, episode_id, StateKind.start)
+        try:
+            start = await anyio.to_thread.run_sync(GitSnapshots().working_tree, root)
+        except SnapshotUnavailable as exc:  # not a git working tree, too large to send: said with the episode
+            return await hub.refuse(episode_id, root, str(exc))
+        return await hub.begin(episode_id, root, start)
 
     async def end_episode(self, request: Request) -> JSONResponse:
         episode_id = request.path_params["episode_id"]
@@ -574,30 +629,43 @@ class Gateway:
             return _error(exc.status, str(exc))
         self.last_turns.forget(episode_id)
         try:
-            episode = await anyio.to_thread.run_sync(self._end, episode_id, EpisodeStatus(body.outcome), body.reward)
+            end = await anyio.to_thread.run_sync(self._end, episode_id, EpisodeStatus(body.outcome), body.reward)
         except EpisodeNotFound as exc:
             return _error(404, str(exc), code="episode_not_found")
         except EpisodeClosed as exc:
             return _error(409, str(exc))
         except BadRequest as exc:
             return _error(exc.status, str(exc))
-        return JSONResponse(episode.model_dump(mode="json"))
+        # The caller waits for rlide's own judgement of the end state, as end_episode's caller does over MCP.
+        verdict = await self.workspaces.hub.verify_end(episode_id, end)
+        episode = await anyio.to_thread.run_sync(self.store.get_episode, episode_id)
+        verification = None if verdict is None else verdict.model_dump(mode="json")
+        return JSONResponse(episode.model_dump(mode="json") | {"verification": verification})
 
-    def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Episode:
+    def _end(self, episode_id: str, status: EpisodeStatus, reward: float | None) -> Snapshot | None:
         """End a policy episode with its outcome reward, as MCP's `end_episode` records it
-        (`EpisodeStore.end_with_outcome`), then the caller's own reward, as a claim. An IDE episode is the MCP
+        (`EpisodeStore.end_with_outcome`), then the caller's own reward, as a claim; its workspace's
+        end state captured first (the returned snapshot, for the verifier). An IDE episode is the MCP
         server's to end: its verified reward is rlide's own run of the project's tests, which a number
         sent here must never stand over."""
         episode = self.store.get_episode(episode_id)
         if (refused := _refusal(episode_id, episode.source, EpisodeStatus.open)) is not None:
             raise BadRequest(refused.replace("; POST", ", ended through the MCP server's end_episode; POST"), 409)
+        end = None
+        root = self.workspaces.hub.root(episode_id)
+        if root is not None and episode.status is EpisodeStatus.open:
+            capture(self.store, root, episode_id, StateKind.end)
+            try:
+                end = GitSnapshots().working_tree(root)
+            except SnapshotUnavailable:
+                end = None  # the last recorded state is judged
         self.store.end_with_outcome(episode_id, status)
         if reward is not None:
             # Whoever calls over HTTP is no verifier rlide trusts (a web page could be the caller): its
             # number is a claim, weighed like an agent's rating of itself and never verified evidence.
             # A trusted in-process judge writes its verified reward through the store.
             self.store.add_reward(episode_id, RewardSource.self_rating, float(reward), "gateway: the caller's reward")
-        return self.store.get_episode(episode_id)
+        return end
 
 
 def build_gateway(
@@ -608,9 +676,11 @@ def build_gateway(
     upstream: str | None = None,
     bind_host: str | None = None,
     checkpoint: int | None = None,
+    workspaces: WorkspaceRules | None = None,
 ) -> Gateway:
     """The gateway for a run: its engine is `engines.policy_engine`'s choice (`checkpoint`: a fixed
-    step), never past the step the log committed for the run; `bind_host` as `Gateway` takes it."""
+    step), never past the step the log committed for the run; `bind_host` and `workspaces` as
+    `Gateway` takes them."""
     store = EpisodeStore.open(database_url)
 
     try:
@@ -620,7 +690,9 @@ def build_gateway(
     except BaseException:
         store.close()
         raise
-    return Gateway(engine, store, token=token, recorded_model=config.run_model_name, bind_host=bind_host)
+    return Gateway(
+        engine, store, token=token, recorded_model=config.run_model_name, bind_host=bind_host, workspaces=workspaces
+    )
 
 
 class AddressUnavailable(Exception):
@@ -670,6 +742,7 @@ def serve(
     upstream: str | None = None,
     on_listening: Callable[[str, Gateway], None] | None = None,
     checkpoint: int | None = None,
+    workspaces: WorkspaceRules | None = None,
 ) -> None:
     """Run the policy endpoint (wired as `rlide policy serve`; `checkpoint`: a fixed step of a cpu
     run, else its latest). Off loopback a token is required:
@@ -687,7 +760,13 @@ def serve(
     sock = listen(host, port)
     try:
         gateway = build_gateway(
-            config, database_url, token=token, upstream=upstream, bind_host=host, checkpoint=checkpoint
+            config,
+            database_url,
+            token=token,
+            upstream=upstream,
+            bind_host=host,
+            checkpoint=checkpoint,
+            workspaces=workspaces,
         )
         try:
             Server(uvicorn.Config(gateway.app, log_level="warning")).run(sockets=[sock])

@@ -19,7 +19,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from episodes.records import EpisodeVerifier, StateKind, VerifierState, VerifierVerdict
+from episodes.records import EpisodeSource, EpisodeVerifier, StateKind, VerifierState, VerifierVerdict
 from episodes.store import EpisodeStore
 from training.scenarios.capture import capture
 from training.scenarios.errors import VerifierUnavailable
@@ -35,12 +35,14 @@ IDLE_CHECK_S = 60.0
 @dataclass
 class VerificationHub:
     """`verification_of(root)`: the project's verification of `root`'s episodes, run in a sandbox that
-    sees that project's virtualenv; `verifies(root)`: whether this hub verifies `root`'s episodes."""
+    sees that project's virtualenv; `verifies(root)`: whether this hub verifies `root`'s episodes;
+    `source`: the episodes its recorder makes, which it times out when idle."""
 
     store: EpisodeStore
     verification_of: Callable[[Path], EpisodeVerification]
     verifies: Callable[[Path], bool]
     idle_timeout_s: float
+    source: EpisodeSource
     _tasks: TaskGroup | None = None
     _locks: dict[str, anyio.Lock] = field(default_factory=dict)
     _starts: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -76,7 +78,7 @@ class VerificationHub:
         timeout = self.idle_timeout_s
         while True:
             await anyio.sleep(min(max(timeout / 10, 1.0), IDLE_CHECK_S))
-            for episode_id in await anyio.to_thread.run_sync(self.store.expire_idle, timeout):
+            for episode_id in await anyio.to_thread.run_sync(self.store.expire_idle, timeout, self.source):
                 # Its end is its workspace now: what the agent left when it stopped.
                 root = await anyio.to_thread.run_sync(self.root, episode_id)
                 await anyio.to_thread.run_sync(capture, self.store, root, episode_id, StateKind.end)
