@@ -315,6 +315,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX episode_flags_episode ON episode_flags (episode_id)",
         ),
     ),
+    # The attempts of one `rlide agent run`: N agents at the same start state, which form one GRPO
+    # group of their own size once all N have ended.
+    Migration(
+        "0015_attempt_batches",
+        (
+            "ALTER TABLE episodes ADD COLUMN batch TEXT",
+            "ALTER TABLE episodes ADD COLUMN batch_size INTEGER",
+        ),
+    ),
 )
 
 

@@ -86,6 +86,10 @@ class Episode(BaseModel):
         "person's rating. Without it, only its outcome and an agent's own rating speak for it: not trained on.",
     )
     flags: int = Field(0, description="Monitor flags no person has cleared yet: not trained on until cleared.")
+    batch: str | None = Field(
+        None, description="The agent run (`rlide agent run`) it is one attempt of: attempts at one start state."
+    )
+    batch_size: int | None = Field(None, description="How many attempts that agent run made.")
 
 
 RECORDER_NOTES = frozenset({"commit", "repo", "changed"})

@@ -96,11 +96,11 @@ EPISODE_COLUMNS = (
     " e.ended_at, (SELECT COUNT(*) FROM steps s WHERE s.episode_id = e.id),"
     " (SELECT COUNT(*) FROM policy_turns t WHERE t.episode_id = e.id), e.excluded, "
     + ", ".join(latest_component(source) for source in COMPONENTS)
-    + f", {VERIFIED}, {FLAGS}"
+    + f", {VERIFIED}, {FLAGS}, e.batch, e.batch_size"
 )
 """The SELECT list that `episode_from_row` reads, for a query over `episodes e`: the episode, its
 counts, whether it is excluded, the latest value of each reward component (`episodes.rewards`),
-whether it is verified and how many uncleared flags it has."""
+whether it is verified, how many uncleared flags it has, and the agent run it is an attempt of."""
 _COMPONENTS_AT = slice(14, 14 + len(COMPONENTS))
 
 
@@ -110,7 +110,7 @@ def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Epis
     assert created is not None and updated is not None
     values = row[_COMPONENTS_AT]
     components = {source: float(value) for source, value in zip(COMPONENTS, values, strict=True) if value is not None}
-    verified, flags = row[_COMPONENTS_AT.stop], row[_COMPONENTS_AT.stop + 1]
+    verified, flags, batch, batch_size = row[_COMPONENTS_AT.stop : _COMPONENTS_AT.stop + 4]
     return Episode(
         id=row[0],
         task=row[1],
@@ -130,6 +130,8 @@ def episode_from_row(row: Row, weights: RewardWeights = DEFAULT_WEIGHTS) -> Epis
         excluded=bool(row[13]),
         verified=bool(verified),
         flags=int(flags),
+        batch=batch,
+        batch_size=None if batch_size is None else int(batch_size),
     )
 
 

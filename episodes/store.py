@@ -158,7 +158,9 @@ class EpisodeStore:
         session_key: str | None = None,
         implicit: bool = False,
         source: EpisodeSource = EpisodeSource.external,
+        batch: tuple[str, int] | None = None,
     ) -> Episode:
+        """`batch`: (the agent run's id, its number of attempts) when the episode is one of them."""
         episode_id = new_episode_id()
         now = time.time()
         row = (
@@ -169,11 +171,12 @@ class EpisodeStore:
             source.value,
             session_key,
             int(implicit),
+            *(batch or (None, None)),
         )
         with self.db.transaction(write=True) as cur:
             cur.execute(
                 "INSERT INTO episodes (id, task, workspace, client, source, status, session_key, implicit,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?, ?, ?)",
+                " batch, batch_size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?)",
                 (*row, now, now),
             )
         return self.get_episode(episode_id)

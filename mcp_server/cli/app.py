@@ -467,6 +467,7 @@ def episodes_path() -> None:
 
 def _register_subcommands() -> None:
     from mcp_server.cli import curation
+    from mcp_server.cli.agent import agent_app
     from mcp_server.cli.dashboard import dashboard
     from mcp_server.cli.index import index, search
     from mcp_server.cli.models import models_app
@@ -478,6 +479,7 @@ def _register_subcommands() -> None:
     app.add_typer(train_app, name="train")
     app.add_typer(policy_app, name="policy")
     app.add_typer(models_app, name="models")
+    app.add_typer(agent_app, name="agent")
     app.command("eval")(evaluate)
     app.command()(dashboard)
 

@@ -493,7 +493,8 @@ def policy_serve(
             file_okay=False,
             resolve_path=True,
             help="A folder whose episodes are captured and verified (repeatable; default: RLIDE_WORKSPACE or the"
-            " folder it is started in, plus RLIDE_ALLOWED_ROOTS). POST /episodes may name it or a folder under it.",
+            " folder it is started in; always RLIDE_ALLOWED_ROOTS and `rlide agent run`'s copies under"
+            " RLIDE_HOME/attempts). POST /episodes may name it or a folder under it.",
         ),
     ] = None,
 ) -> None:
@@ -526,8 +527,10 @@ def policy_serve(
     from training.gateway.workspaces import WorkspaceRules
 
     served = settings.served_workspace
+    attempts = settings.home / "attempts"  # `rlide agent run`'s copies of a start state
+    attempts.mkdir(parents=True, exist_ok=True)
     rules = WorkspaceRules(
-        roots=(*(workspace or ([served] if served is not None else [])), *settings.allowed_roots),
+        roots=(*(workspace or ([served] if served is not None else [])), *settings.allowed_roots, attempts),
         sandbox=settings.sandbox,
         test_command=settings.test_command,
         test_memory_mb=settings.test_memory_mb,

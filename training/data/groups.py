@@ -18,6 +18,7 @@ These types are plain data (no ART import); `to_art` converts at the boundary of
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -161,17 +162,33 @@ def verified_reward(store: EpisodeStore, episode: Episode) -> float | None:
     return combine(evidence, store.weights)
 
 
+def start_state_digest(store: EpisodeStore, episode_id: str) -> str:
+    """What the episode started from: its first captured workspace state (commit and changes), or ""
+    when it captured none. Attempts are comparable, and so one GRPO group, only from the same start."""
+    states = store.workspace_states(episode_id)
+    if not states:
+        return ""
+    first = states[0]
+    files = json.dumps(sorted(first.files.items(), key=lambda item: item[0]), ensure_ascii=False)
+    return f"{first.commit}:{hashlib.sha256(files.encode('utf-8', 'surrogatepass')).hexdigest()[:24]}"
+
+
 def log_groups(
     store: EpisodeStore, *, run: str, group_size: int, model: str | None = None, fit: StudentFit | None = None
 ) -> Selection[Group]:
-    """Ready groups of policy episodes: ended, rewarded by evidence, not consumed by `run`,
-    `group_size` per task, each trajectory within `fit`'s context; with what was set aside.
-    `model`: the run's, as its policy endpoint records turns (`student-RUN@{step}`; `student` for the
-    default run); episodes another model sampled any turn of are left out, so a group never mixes runs,
-    or the base models they train."""
+    """Ready groups of policy episodes: ended, rewarded by evidence, not consumed by `run`, each
+    trajectory within `fit`'s context; with what was set aside. Attempts are grouped when they share
+    their task, their start state (`start_state_digest`) and their client (the scaffold: different
+    prompts and tools are different policies to compare): `group_size` per group, except the
+    attempts of one agent run (`Episode.batch`), which form one group of their own once all of them
+    have ended. `model`: the run's, as its policy endpoint records turns (`student-RUN@{step}`;
+    `student` for the default run); episodes another model sampled any turn of are left out, so a
+    group never mixes runs, or the base models they train."""
     consumed = consumed_episode_ids(store.runs.consumed_groups(run))
     set_aside = SetAside()
-    by_task: dict[str, list[tuple[str, Trajectory]]] = defaultdict(list)
+    by_key: dict[tuple[str, str, str, str], list[tuple[str, Trajectory]]] = defaultdict(list)
+    ended: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    sizes: dict[tuple[str, str, str, str], int] = {}
     # Every ended episode, unverified ones included, so those set aside are counted, not unseen.
     for episode in store.terminal_episodes(source=EpisodeSource.policy, verified_only=False):
         if episode.id in consumed or episode.reward_total is None or episode.implicit:
@@ -179,6 +196,10 @@ def log_groups(
         turns = store.turns.policy_turns(episode.id)
         if model is not None and any(turn.model.rsplit("@", 1)[0] != model for turn in turns):
             continue
+        key = (episode.task.strip(), episode.client or "", start_state_digest(store, episode.id), episode.batch or "")
+        ended[key] += 1
+        if episode.batch is not None and episode.batch_size is not None:
+            sizes[key] = episode.batch_size
         reward = verified_reward(store, episode)
         if reward is None:
             claims = ", ".join(sorted(source.value for source in episode.reward_components)) or "none"
@@ -193,16 +214,20 @@ def log_groups(
             set_aside.add(SetAsideReason.too_long, f"episode {episode.id}: {too_long}")
             continue
         trajectory = Trajectory(items, reward, tools, min(steps) if steps else None, {"episode_id": episode.id})
-        by_task[episode.task.strip()].append((episode.id, trajectory))
+        by_key[key].append((episode.id, trajectory))
     groups: list[Group] = []
-    for task, members in by_task.items():
-        for start in range(0, len(members) - group_size + 1, group_size):
-            chunk = members[start : start + group_size]
+    for key, members in by_key.items():
+        task, client, start, batch = key
+        if batch:  # an agent run's attempts: one group, once every attempt has ended
+            chunks = [members] if ended[key] >= sizes.get(key, 0) and len(members) >= 2 else []
+        else:
+            chunks = [members[i : i + group_size] for i in range(0, len(members) - group_size + 1, group_size)]
+        for chunk in chunks:
             groups.append(
                 Group(
                     key=log_group_key([eid for eid, _ in chunk]),
                     trajectories=[trajectory for _, trajectory in chunk],
-                    metadata={"task": task[:200], "source": "log"},
+                    metadata={"task": task[:200], "source": "log", "client": client, "start": start, "batch": batch},
                 )
             )
     return Selection(groups, set_aside)

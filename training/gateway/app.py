@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -330,6 +330,16 @@ class NewEpisode(BaseModel):
         description="the project folder the agent works in (under the endpoint's --workspace roots): its state is"
         " captured at the start and the end, and its own tests verify the end",
     )
+    batch: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the agent run (`rlide agent run`) it is an attempt of"
+    )
+    batch_size: int | None = Field(None, ge=2, le=256, description="that run's number of attempts")
+
+    @model_validator(mode="after")
+    def _batch_whole(self) -> NewEpisode:
+        if (self.batch is None) != (self.batch_size is None):
+            raise ValueError("batch and batch_size go together: the run's id and its number of attempts")
+        return self
 
 
 class EndEpisode(BaseModel):
@@ -592,6 +602,7 @@ class Gateway:
                 source=EpisodeSource.policy,
                 client=body.client or "gateway",
                 workspace=None if root is None else str(root),
+                batch=None if body.batch is None or body.batch_size is None else (body.batch, body.batch_size),
             )
         )
         base = str(request.base_url).rstrip("/")
