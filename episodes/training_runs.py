@@ -126,9 +126,13 @@ class TrainingRuns:
             )
 
     def consumed_groups(self, name: str) -> set[str]:
+        return set(self.group_outcomes(name))
+
+    def group_outcomes(self, name: str) -> dict[str, GroupOutcome]:
+        """Every group the run has judged, by key: trained, or skipped (zero variance, stale)."""
         with self.db.transaction(write=False) as cur:
-            rows = cur.execute("SELECT group_key FROM training_groups WHERE run = ?", (name,)).fetchall()
-        return {r[0] for r in rows}
+            rows = cur.execute("SELECT group_key, outcome FROM training_groups WHERE run = ?", (name,)).fetchall()
+        return {r[0]: GroupOutcome(r[1]) for r in rows}
 
     def commit_training_step(
         self,

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -140,16 +141,21 @@ def group_key(prefix: str, parts: list[str]) -> str:
     return prefix + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
 
 
-def log_group_key(episode_ids: list[str]) -> str:
-    """Key of a group built from logged episodes; it lists them so consumed episodes are known."""
-    return LOG_GROUP_PREFIX + ",".join(sorted(episode_ids))
+def log_group_key(episode_ids: list[str], rewards: list[float]) -> str:
+    """Key of a group built from logged episodes: it lists them, so consumed episodes are known, and
+    names their rewards, so a group skipped for zero variance is a new group once a reward changes."""
+    order = sorted(range(len(episode_ids)), key=lambda i: episode_ids[i])
+    named = hashlib.sha256(",".join(repr(float(rewards[i])) for i in order).encode()).hexdigest()[:12]
+    return LOG_GROUP_PREFIX + ",".join(episode_ids[i] for i in order) + "|" + named
 
 
-def consumed_episode_ids(keys: set[str]) -> set[str]:
+def consumed_episode_ids(outcomes: Mapping[str, GroupOutcome]) -> set[str]:
+    """The episodes a run's log groups used up: trained, or stale (sampled too long ago ever to be fresh
+    again). A zero-variance group's stay available: with a reward changed they form a group again."""
     out: set[str] = set()
-    for key in keys:
-        if key.startswith(LOG_GROUP_PREFIX):
-            out.update(key.removeprefix(LOG_GROUP_PREFIX).split(","))
+    for key, outcome in outcomes.items():
+        if key.startswith(LOG_GROUP_PREFIX) and outcome is not GroupOutcome.zero_variance:
+            out.update(key.removeprefix(LOG_GROUP_PREFIX).split("|")[0].split(","))
     return out
 
 
@@ -184,7 +190,8 @@ def log_groups(
     have ended. `model`: the run's, as its policy endpoint records turns (`student-RUN@{step}`;
     `student` for the default run); episodes another model sampled any turn of are left out, so a
     group never mixes runs, or the base models they train."""
-    consumed = consumed_episode_ids(store.runs.consumed_groups(run))
+    judged = store.runs.group_outcomes(run)
+    consumed = consumed_episode_ids(judged)
     set_aside = SetAside()
     by_key: dict[tuple[str, str, str, str], list[tuple[str, Trajectory]]] = defaultdict(list)
     ended: dict[tuple[str, str, str, str], int] = defaultdict(int)
@@ -223,9 +230,12 @@ def log_groups(
         else:
             chunks = [members[i : i + group_size] for i in range(0, len(members) - group_size + 1, group_size)]
         for chunk in chunks:
+            key_of = log_group_key([eid for eid, _ in chunk], [trajectory.reward for _, trajectory in chunk])
+            if judged.get(key_of) is GroupOutcome.zero_variance:
+                continue  # judged with these very rewards: nothing to learn until one changes
             groups.append(
                 Group(
-                    key=log_group_key([eid for eid, _ in chunk]),
+                    key=key_of,
                     trajectories=[trajectory for _, trajectory in chunk],
                     metadata={"task": task[:200], "source": "log", "client": client, "start": start, "batch": batch},
                 )

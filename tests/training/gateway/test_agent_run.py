@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from episodes.records import RewardSource, StateKind
+from episodes.run_records import GroupOutcome
 from episodes.store import EpisodeStore
 from mcp_server.cli.app import app
 from tests.logdata import CannedEngine
@@ -139,3 +140,28 @@ def test_the_cli_says_what_is_wrong_before_anything_runs(project: Path) -> None:
     assert bad.exit_code != 0 and "{prompt}" in bad.output and "{task}" in bad.output
     unreachable = runner.invoke(app, ["agent", "run", "--endpoint", "http://127.0.0.1:9", *named[2:], "true"])
     assert unreachable.exit_code != 0 and "cannot be reached" in unreachable.output
+
+
+def test_a_group_skipped_for_equal_rewards_is_reconsidered_when_a_reward_changes(store: EpisodeStore) -> None:
+    http = TestClient(Gateway(CannedEngine(), store).app)
+    batch = {"task": "Write a number.", "client": "scripted", "batch": "run-1", "batch_size": 2}
+    started = [http.post("/episodes", json=batch).json()["episode_id"] for _ in range(2)]
+    for episode_id in started:
+        chat = {"model": "student", "messages": [{"role": "user", "content": "Write a number."}]}
+        assert http.post(f"/episodes/{episode_id}/v1/chat/completions", json=chat).status_code == 200
+        store.add_reward(episode_id, RewardSource.tests, -1.0, "tests", verified=True)
+        assert http.post(f"/episodes/{episode_id}/end", json={"outcome": "failure"}).status_code == 200
+    store.runs.ensure_run("default", backend="cpu", base_model="tiny-qwen2")
+    [group] = log_groups(store, run="default", group_size=8).items
+    assert group.reward_std == 0.0
+    outcomes = {group.key: GroupOutcome.zero_variance}  # as the worker records a group it skipped
+    store.runs.commit_training_step("default", step=0, outcomes=outcomes, reward_mean=None, reward_std=None)
+    assert log_groups(store, run="default", group_size=8).items == []  # nothing changed: not offered again
+    # A person re-rates one attempt (evidence): the same attempts now differ, and are offered again.
+    store.add_reward(started[0], RewardSource.feedback, 1.0, "it was right", verified=True)
+    [again] = log_groups(store, run="default", group_size=8).items
+    assert again.key != group.key and again.reward_std > 0
+    store.runs.commit_training_step(
+        "default", step=1, outcomes={again.key: GroupOutcome.trained}, reward_mean=0.0, reward_std=1.0
+    )
+    assert log_groups(store, run="default", group_size=8).items == []  # trained: used up
