@@ -1,10 +1,11 @@
 """One bug instance as an eval task: pose it (start state, prompt) and score an answer.
 
 `pose` prepares the instance (`judge.prepare`), runs FAIL_TO_PASS on its start state (each must
-fail there, or the instance is broken: unverifiable, never counted against the model) and writes
-the prompt (`prompt.bug_prompt`). `score` turns an answer into a tree (`training.scenarios.edits`)
-and judges it (`judge.judge_files`): resolved when every FAIL_TO_PASS test passes and every
-PASS_TO_PASS test still does. An answer with no edit that applies is the start state: not resolved.
+fail there, or the instance is broken: unverifiable, never counted against the model), records its
+spectrum (`spectrum.spectrum_run`) and writes the prompt (`prompt.bug_prompt`). `score` turns an
+answer into a tree (`training.scenarios.edits`) and judges it (`judge.judge_files`): resolved when
+every FAIL_TO_PASS test passes and every PASS_TO_PASS test still does. An answer with no edit that
+applies is the start state: not resolved.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from envpool.verifiers.reports import PASSED
 from training.scenarios.bug_tasks.instance import BugInstance
 from training.scenarios.bug_tasks.judge import PreparedInstance, RunsFor, failure_run, judge_files, prepare
 from training.scenarios.bug_tasks.prompt import Shown, bug_prompt
+from training.scenarios.bug_tasks.spectrum import spectrum_run
 from training.scenarios.edits import EditError, apply_answer
 from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.verification import ANSWER_TIMEOUT_S, answer_limits
@@ -60,7 +62,7 @@ def pose(task: BugTask, runs_for: RunsFor, answer_timeout_s: float = ANSWER_TIME
     if passing:
         raise VerifierUnavailable(f"{task.id}: FAIL_TO_PASS tests pass on the start state already: {passing[:3]}")
     tests = answer_limits(prepared.tests, answer_timeout_s)
-    return Posed(replace(prepared, tests=tests), bug_prompt(prepared, output))
+    return Posed(replace(prepared, tests=tests), bug_prompt(prepared, output, spectrum_run(prepared, runs_for)))
 
 
 def score(posed: Posed, answer: str, runs_for: RunsFor) -> Scored:
