@@ -155,6 +155,13 @@ class Settings(BaseSettings):
     )
     policy_host: str = Field("127.0.0.1", description="Bind address for `rlide policy serve`.")
     policy_port: int = Field(8766, ge=1, le=65535, description="Port of the OpenAI-compatible policy endpoint.")
+    policy_threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Torch threads a cpu policy endpoint decodes with (default: half the cores, at least one, since"
+        " the agents it serves share the machine).",
+    )
     policy_token: SecretStr | None = Field(
         None,
         description="Bearer token (an OpenAI client's api_key) for the policy endpoint; mandatory off loopback.",

@@ -486,6 +486,14 @@ def policy_serve(
     run: Annotated[str, typer.Option(callback=_run_name, help=RUN_HELP)] = "default",
     upstream: Annotated[str | None, typer.Option(help=UPSTREAM_HELP)] = None,
     checkpoint: Annotated[str, typer.Option(help=CHECKPOINT_HELP)] = "latest",
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1024,
+            help="Torch threads a cpu checkpoint decodes with (default RLIDE_POLICY_THREADS, else half the cores).",
+        ),
+    ] = None,
     workspace: Annotated[
         list[Path] | None,
         typer.Option(
@@ -524,6 +532,7 @@ def policy_serve(
     quiet_libraries()
     from training.backends.base import BackendError
     from training.gateway.app import AddressUnavailable, Gateway, serve
+    from training.gateway.engines import serving_threads
     from training.gateway.workspaces import WorkspaceRules
 
     served = settings.served_workspace
@@ -561,6 +570,7 @@ def policy_serve(
             on_listening=listening,
             checkpoint=step,
             workspaces=rules,
+            threads=threads or settings.policy_threads or serving_threads(),
         )
     except (BackendError, AddressUnavailable) as exc:
         raise fail(str(exc)) from exc

@@ -688,15 +688,20 @@ def build_gateway(
     bind_host: str | None = None,
     checkpoint: int | None = None,
     workspaces: WorkspaceRules | None = None,
+    threads: int | None = None,
 ) -> Gateway:
     """The gateway for a run: its engine is `engines.policy_engine`'s choice (`checkpoint`: a fixed
-    step), never past the step the log committed for the run; `bind_host` and `workspaces` as
-    `Gateway` takes them."""
+    step; `threads`, a cpu engine's), never past the step the log committed for the run; `bind_host`
+    and `workspaces` as `Gateway` takes them."""
     store = EpisodeStore.open(database_url)
 
     try:
         engine = policy_engine(
-            config, committed=lambda: store.runs.committed_step(config.run), upstream=upstream, checkpoint=checkpoint
+            config,
+            committed=lambda: store.runs.committed_step(config.run),
+            upstream=upstream,
+            checkpoint=checkpoint,
+            threads=threads,
         )
     except BaseException:
         store.close()
@@ -754,6 +759,7 @@ def serve(
     on_listening: Callable[[str, Gateway], None] | None = None,
     checkpoint: int | None = None,
     workspaces: WorkspaceRules | None = None,
+    threads: int | None = None,
 ) -> None:
     """Run the policy endpoint (wired as `rlide policy serve`; `checkpoint`: a fixed step of a cpu
     run, else its latest). Off loopback a token is required:
@@ -778,6 +784,7 @@ def serve(
             bind_host=host,
             checkpoint=checkpoint,
             workspaces=workspaces,
+            threads=threads,
         )
         try:
             Server(uvicorn.Config(gateway.app, log_level="warning")).run(sockets=[sock])

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -108,7 +109,20 @@ class TransformersEngine:
     """The latest checkpoint of a cpu-backend run on its base model, on transformers (CPU); or the
     checkpoint `pinned` (a step, e.g. the run's best), never reloaded."""
 
-    def __init__(self, config: BackendConfig, *, reload_interval_s: float = 2.0, pinned: int | None = None) -> None:
+    def __init__(
+        self,
+        config: BackendConfig,
+        *,
+        reload_interval_s: float = 2.0,
+        pinned: int | None = None,
+        threads: int | None = None,
+    ) -> None:
+        """`threads`: the torch threads it decodes with (None: the process's setting, as `rlide eval`
+        wants on a machine of its own; `serving_threads` for an endpoint beside agents)."""
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         self.config = config
         self.model_id = config.model_name
         self.reload_interval_s = reload_interval_s
@@ -359,18 +373,26 @@ def _upstream_token_ids(choice: dict[str, Any]) -> list[int]:
     ]
 
 
+def serving_threads(cores: int | None = None) -> int:
+    """The torch threads a cpu endpoint decodes with by default: half the cores, at least one. The
+    agents it serves run their tools and tests in sandboxes on the same machine, and torch's default
+    (every core, its OpenMP threads spinning while they wait) leaves them, and the endpoint, starved."""
+    return max(1, (cores if cores is not None else os.cpu_count() or 1) // 2)
+
+
 def policy_engine(
     config: BackendConfig,
     *,
     committed: Callable[[], int | None] | None = None,
     upstream: str | None = None,
     checkpoint: int | None = None,
+    threads: int | None = None,
 ) -> PolicyEngine:
     """The one engine choice of `rlide policy serve` and `rlide eval`: `upstream` when given (an
     OpenAI-compatible server serving the run's model as `{model}@{step}`); else a cpu run's latest
-    checkpoint on transformers (or its `checkpoint`, a step); else the policy server the run's
-    worker published (ART's vLLM). `committed`: the run's committed step in the log, which a
-    forwarded request never passes."""
+    checkpoint on transformers (or its `checkpoint`, a step; `threads`, the torch threads it decodes
+    with); else the policy server the run's worker published (ART's vLLM). `committed`: the run's
+    committed step in the log, which a forwarded request never passes."""
     from training.backends.served import published
 
     if checkpoint is not None:
@@ -379,11 +401,11 @@ def policy_engine(
                 "a fixed checkpoint is served from a cpu run's own folder; a GPU run's server serves"
                 f" `{config.run_model_name}@STEP`: ask it for that model name (--upstream URL)"
             )
-        return TransformersEngine(config, pinned=checkpoint)
+        return TransformersEngine(config, pinned=checkpoint, threads=threads)
     if upstream is not None:
         return ProxyEngine(upstream, config.model_name, upstream_model=config.run_model_name, committed=committed)
     if config.backend == "cpu":
-        return TransformersEngine(config)
+        return TransformersEngine(config, threads=threads)
     served = published(config.model_dir())
     if served is None:
         raise BackendError(

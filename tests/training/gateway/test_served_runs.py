@@ -70,3 +70,23 @@ def test_a_gpu_run_is_served_by_the_server_its_worker_published(tmp_path: Path, 
     given = policy_engine(BackendConfig(path=tmp_path / "art"), upstream=upstream)
     assert isinstance(given, ProxyEngine) and given.upstream_model == "student"
     assert isinstance(policy_engine(BackendConfig(path=tmp_path / "cpu")), TransformersEngine)
+
+
+def test_a_cpu_endpoint_decodes_with_the_threads_it_is_given(tmp_path: Path) -> None:
+    import torch
+
+    from training.gateway.engines import serving_threads
+
+    assert (serving_threads(1), serving_threads(2), serving_threads(16)) == (1, 1, 8)
+    before = torch.get_num_threads()
+    try:
+        engine = policy_engine(BackendConfig(path=tmp_path / "art"), threads=1)
+        assert torch.get_num_threads() == 1
+        answer = engine.complete(
+            [{"role": "user", "content": "Say a word."}], n=1, max_tokens=3, temperature=0.0, seed=0, tools=None
+        )
+        assert len(answer.completion_token_ids[0]) >= 1
+        TransformersEngine(BackendConfig(path=tmp_path / "art"))  # `rlide eval`'s: the process's setting stays
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
