@@ -24,6 +24,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,15 @@ def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
     return {i for i in ids if isinstance(i, int)}
 
 
+def check_fits(context: int, prompt_ids: list[int]) -> None:
+    """`ContextTooLong` (OpenAI's message) when a prompt leaves no room in the model's context."""
+    if len(prompt_ids) >= context:
+        raise ContextTooLong(
+            f"This model's maximum context length is {context} tokens; the messages resulted in"
+            f" {len(prompt_ids)} tokens. Shorten the conversation."
+        )
+
+
 def sample_choices(
     model: Any,
     tokenizer: Any,
@@ -206,11 +216,7 @@ def sample_choices(
     if prompt_ids is None:
         prompt_ids = prompt_token_ids(tokenizer, messages, tools)
     context = model.config.max_position_embeddings
-    if len(prompt_ids) >= context:
-        raise ContextTooLong(
-            f"This model's maximum context length is {context} tokens; the messages resulted in"
-            f" {len(prompt_ids)} tokens. Shorten the conversation."
-        )
+    check_fits(context, prompt_ids)
     max_tokens = min(max_tokens, context - len(prompt_ids))
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     stops = stop_token_ids(model, tokenizer)
@@ -224,39 +230,97 @@ def sample_choices(
             past,
             out.logits[:, -1, :].expand(n, -1),
             max_tokens=max_tokens,
-            done=lambda ids: ids[-1] in stops or _stop_at(tokenizer, ids, stop) is not None,
+            done=lambda _, ids: ids[-1] in stops or _stop_at(tokenizer, ids, stop) is not None,
             temperature=temperature,
             top_p=top_p,
             generator=generator,
         )
-    choices = []
-    for i in range(n):
-        toks = sampled[i]
-        finished = bool(toks) and toks[-1] in stops
-        text_ids = toks[:-1] if finished else toks
-        content = tokenizer.decode(text_ids, skip_special_tokens=False)
-        cut = _stop_at(tokenizer, text_ids, stop)
-        if cut is not None:
-            content, finished = content[:cut], True
-        logprobs = [
-            ChatCompletionTokenLogprob(
-                token=f"token_id:{tid}",
-                logprob=lp,
-                bytes=list(tokenizer.decode([tid]).encode("utf-8")),
-                top_logprobs=[],
-            )
-            for tid, lp in zip(toks, lps[i], strict=True)
-        ]
-        choices.append(
-            Choice(
-                finish_reason="stop" if finished else "length",
-                index=i,
-                message=ChatCompletionMessage(role="assistant", content=content),
-                logprobs=ChoiceLogprobs(content=logprobs),
-                temperature=temperature,  # type: ignore[call-arg]
-            )
-        )
+    choices = [_choice(tokenizer, i, sampled[i], lps[i], stops, stop, temperature) for i in range(n)]
     return choices, prompt_ids
+
+
+def _choice(
+    tokenizer: Any,
+    index: int,
+    toks: list[int],
+    lps: list[float],
+    stops: set[int],
+    stop: list[str] | None,
+    temperature: float,
+) -> Choice:
+    """A sampled completion as an OpenAI choice: its text up to a stop token or string, each sampled
+    token's id and logprob, and the temperature it was drawn at."""
+    finished = bool(toks) and toks[-1] in stops
+    text_ids = toks[:-1] if finished else toks
+    content = tokenizer.decode(text_ids, skip_special_tokens=False)
+    cut = _stop_at(tokenizer, text_ids, stop)
+    if cut is not None:
+        content, finished = content[:cut], True
+    logprobs = [
+        ChatCompletionTokenLogprob(
+            token=f"token_id:{tid}",
+            logprob=lp,
+            bytes=list(tokenizer.decode([tid]).encode("utf-8")),
+            top_logprobs=[],
+        )
+        for tid, lp in zip(toks, lps, strict=True)
+    ]
+    return Choice(
+        finish_reason="stop" if finished else "length",
+        index=index,
+        message=ChatCompletionMessage(role="assistant", content=content),
+        logprobs=ChoiceLogprobs(content=logprobs),
+        temperature=temperature,  # type: ignore[call-arg]
+    )
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One request of a batch (`sample_batch`): its prompt ids, its own token budget and stop strings."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    stop: list[str] | None = None
+
+
+def sample_batch(
+    model: Any, tokenizer: Any, asked: list[Asked], *, temperature: float, top_p: float = 1.0
+) -> list[Choice]:
+    """One sampled completion of each of several requests' prompts, decoded together (left-padded,
+    one forward pass per token for the batch; a finished row leaves it): what an endpoint answering
+    many agents at once needs, where one request at a time leaves a memory-bound CPU idle. Each
+    choice is what `sample_choices` returns for its request alone (same logprobs up to padding's
+    rounding); a prompt past the model's context raises `ContextTooLong`."""
+    context = model.config.max_position_embeddings
+    for request in asked:
+        check_fits(context, request.prompt_ids)
+    budgets = [min(a.max_tokens, context - len(a.prompt_ids)) for a in asked]
+    width = max(len(a.prompt_ids) for a in asked)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.tensor([[pad] * (width - len(a.prompt_ids)) + a.prompt_ids for a in asked])
+    mask = torch.tensor([[0] * (width - len(a.prompt_ids)) + [1] * len(a.prompt_ids) for a in asked])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    stops = stop_token_ids(model, tokenizer)
+
+    def done(row: int, out: list[int]) -> bool:
+        return len(out) >= budgets[row] or out[-1] in stops or _stop_at(tokenizer, out, asked[row].stop) is not None
+
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        sampled, lps = _decode(
+            model,
+            out.past_key_values,
+            out.logits[:, -1, :],
+            max_tokens=max(budgets),
+            done=done,
+            temperature=temperature,
+            top_p=top_p,
+            generator=None,
+            padded=(mask, positions),
+        )
+    return [
+        _choice(tokenizer, 0, sampled[row], lps[row], stops, asked[row].stop, temperature) for row in range(len(asked))
+    ]
 
 
 def _pick(
@@ -312,7 +376,7 @@ def generate_batch(
             past,
             logits,
             max_tokens=max_tokens,
-            done=lambda ids: ids[-1] in stops,
+            done=lambda _, ids: ids[-1] in stops,
             temperature=temperature,
             top_p=1.0,
             generator=generator,
@@ -327,7 +391,7 @@ def _decode(
     logits: torch.Tensor,
     *,
     max_tokens: int,
-    done: Callable[[list[int]], bool],
+    done: Callable[[int, list[int]], bool],
     temperature: float,
     top_p: float,
     generator: torch.Generator | None,
@@ -335,8 +399,8 @@ def _decode(
 ) -> tuple[list[list[int]], list[list[float]]]:
     """The token ids, and the policy's logprob of each, that every row of a batch decodes after its
     prompt (`past`, its cache; `logits`, its next-token logits; `padded`, the attention mask and
-    positions of left-padded prompts), together, one forward pass per token, until `done` says a
-    row's ids are finished or `max_tokens`. A finished row leaves the batch: a step's cost grows
+    positions of left-padded prompts), together, one forward pass per token, until `done(row, ids)`
+    says a row's ids are finished or `max_tokens`. A finished row leaves the batch: a step's cost grows
     with the rows in it, and a batch's answers differ in length by hundreds of tokens."""
     rows = logits.shape[0]
     ids: list[list[int]] = [[] for _ in range(rows)]
@@ -350,7 +414,7 @@ def _decode(
             tid = int(nxt[at])
             ids[row].append(tid)
             lps[row].append(float(logp[at, tid]))
-            if not done(ids[row]):
+            if not done(row, ids[row]):
                 going.append(at)
         if not going:
             break

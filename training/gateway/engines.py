@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -105,9 +106,34 @@ class PolicyEngine(Protocol):
         options (`gateway.FORWARDED_OPTIONS`), for an engine that forwards to a server."""
 
 
+MAX_BATCH = 8
+"""Requests decoded together at most: past this a CPU step's cost grows with the rows, not the gain."""
+
+
+@dataclass
+class _Queued:
+    """A request waiting for its batch, and what became of it."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    stop: list[str] | None
+    temperature: float
+    top_p: float
+    tools: list[dict[str, Any]] | None
+    options: dict[str, Any] | None
+    result: Completion | BaseException | None = None
+
+
 class TransformersEngine:
     """The latest checkpoint of a cpu-backend run on its base model, on transformers (CPU); or the
-    checkpoint `pinned` (a step, e.g. the run's best), never reloaded."""
+    checkpoint `pinned` (a step, e.g. the run's best), never reloaded.
+
+    Concurrent requests are decoded together: a request of one completion without a seed joins a
+    queue, and whichever waiting request gets the model next decodes everything queued by then, in
+    batches of up to `max_batch` of the same temperature and top_p (`cpu.sample_batch`); requests
+    that arrive meanwhile form the next batch. A CPU decoding one sequence is bound by reading the
+    weights, so a batch of eight costs little more per step than one. Seeded or `n` > 1 requests
+    are decoded alone, as before (a seed fixes one request's draws, which a batch would share)."""
 
     def __init__(
         self,
@@ -116,9 +142,11 @@ class TransformersEngine:
         reload_interval_s: float = 2.0,
         pinned: int | None = None,
         threads: int | None = None,
+        max_batch: int = MAX_BATCH,
     ) -> None:
         """`threads`: the torch threads it decodes with (None: the process's setting, as `rlide eval`
-        wants on a machine of its own; `serving_threads` for an endpoint beside agents)."""
+        wants on a machine of its own; `serving_threads` for an endpoint beside agents).
+        `max_batch`: requests decoded together at most (1: one at a time)."""
         if threads is not None:
             import torch
 
@@ -129,7 +157,12 @@ class TransformersEngine:
         self.pinned = pinned
         if pinned is not None and pinned not in checkpoint_steps(config.model_dir()):
             raise BackendError(f"run {config.run!r} has no checkpoint {pinned} under {config.model_dir()}")
+        self.max_batch = max_batch
+        self.batch_sizes: collections.Counter[int] = collections.Counter()
+        """How many batches of each size it decoded (what the tests and benchmarks read)."""
         self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._queue_lock = threading.Lock()
         self._step = -1
         self._checked = 0.0
         self._model: Any = None
@@ -207,8 +240,17 @@ class TransformersEngine:
         top_p: float = 1.0,
         options: dict[str, Any] | None = None,
     ) -> Completion:
-        from training.backends.cpu import sample_choices
+        from training.backends.cpu import check_fits, prompt_token_ids, sample_choices
 
+        if n == 1 and seed is None:
+            prompt_ids = self.continued_prompt_ids(messages, tools, prior) if prior is not None else None
+            if prompt_ids is None:
+                prompt_ids = prompt_token_ids(self._tokenizer, messages, tools)
+            try:
+                check_fits(self.context_length or 0, prompt_ids)
+            except ContextTooLong as exc:
+                raise BadRequest(str(exc), 400, "context_length_exceeded") from exc
+            return self._batched(_Queued(prompt_ids, max_tokens, stop, temperature, top_p, tools, options))
         with self._lock:
             self._maybe_reload()
             prompt_override = self.continued_prompt_ids(messages, tools, prior) if prior is not None else None
@@ -235,6 +277,51 @@ class TransformersEngine:
             completion_token_ids=[_token_ids(c) for c in choices],
             checkpoint_step=step,
         )
+
+    def _batched(self, job: _Queued) -> Completion:
+        """`job` decoded in a batch: queued, then, once this thread has the model, everything queued
+        decoded, unless a thread before it already decoded this job."""
+        with self._queue_lock:
+            self._queue.append(job)
+        with self._lock:
+            if job.result is None:
+                self._maybe_reload()
+                with self._queue_lock:
+                    jobs, self._queue = self._queue, []
+                self._decode(jobs)
+        if isinstance(job.result, BaseException):
+            raise job.result
+        assert job.result is not None
+        return job.result
+
+    def _decode(self, jobs: list[_Queued]) -> None:
+        """Every job's result: its completion, or the error its batch raised (each caller raises it)."""
+        from training.backends.cpu import Asked, sample_batch
+
+        kinds: dict[tuple[float, float], list[_Queued]] = {}
+        for job in jobs:
+            kinds.setdefault((job.temperature, job.top_p), []).append(job)
+        size = max(1, self.max_batch)
+        for (temperature, top_p), alike in kinds.items():
+            for start in range(0, len(alike), size):
+                batch = alike[start : start + size]
+                try:
+                    asked = [Asked(job.prompt_ids, job.max_tokens, job.stop) for job in batch]
+                    choices = sample_batch(self._model, self._tokenizer, asked, temperature=temperature, top_p=top_p)
+                except BaseException as exc:
+                    for job in batch:
+                        job.result = exc
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                self.batch_sizes[len(batch)] += 1
+                for job, choice in zip(batch, choices, strict=True):
+                    job.result = Completion(
+                        choices=answered_with_tool_calls([choice.model_dump(mode="json")], job.tools, job.options),
+                        prompt_token_ids=list(job.prompt_ids),
+                        completion_token_ids=[_token_ids(choice)],
+                        checkpoint_step=self.checkpoint_step,
+                    )
 
 
 class ProxyEngine:
