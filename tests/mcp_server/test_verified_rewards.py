@@ -110,8 +110,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
+def buggy_minilib(tmp_path: Path) -> Path:
     """minilib at HEAD passes; the bug is an uncommitted edit (where an IDE user's bug usually is)."""
     root = make_project(
         tmp_path / "minilib-repo",
@@ -119,6 +118,11 @@ def project(tmp_path: Path) -> Path:
     )
     write(root, "minilib/__init__.py", SLUG)
     return root
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return buggy_minilib(tmp_path)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from episodes.run_records import GroupOutcome
 from episodes.store import EpisodeStore
 from mcp_server.cli.app import app
 from tests.logdata import CannedEngine
-from tests.mcp_server.test_verified_rewards import FIXED, LOWER, PYPROJECT, SLUG, TESTS, make_project, write
+from tests.mcp_server.test_verified_rewards import FIXED, LOWER, SLUG, buggy_minilib
 from tests.training.gateway.test_policy_auth import uvicorn_on_loopback
 from training.data.groups import log_groups
 from training.gateway.agent_run import AgentRun, AgentRunError, run_agents
@@ -51,13 +51,7 @@ sys.exit(0 if int(workspace.name) != 1 else 3)
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """minilib at HEAD passes; the bug is an uncommitted edit."""
-    root = make_project(
-        tmp_path / "minilib-repo",
-        {"minilib/__init__.py": FIXED, "tests/test_slug.py": TESTS, "pyproject.toml": PYPROJECT},
-    )
-    write(root, "minilib/__init__.py", SLUG)
-    return root
+    return buggy_minilib(tmp_path)
 
 
 def _run(base: str, project: Path, home: Path, agent: Path, name: str, attempts: int) -> AgentRun:

@@ -20,7 +20,7 @@ from episodes.records import EpisodeSource, EpisodeStatus, StateKind, VerifierSt
 from episodes.store import EpisodeStore
 from tests.git_repos import git
 from tests.logdata import CannedEngine
-from tests.mcp_server.test_verified_rewards import FIXED, LOWER, PYPROJECT, SLUG, TESTS, make_project, write
+from tests.mcp_server.test_verified_rewards import FIXED, LOWER, SLUG, TESTS, buggy_minilib, write
 from training.gateway.app import Gateway
 from training.gateway.workspaces import WorkspaceRules
 
@@ -31,13 +31,7 @@ CHAT = {"model": "student", "messages": [{"role": "user", "content": "Fix slugif
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """minilib at HEAD passes; the bug is an uncommitted edit."""
-    root = make_project(
-        tmp_path / "minilib-repo",
-        {"minilib/__init__.py": FIXED, "tests/test_slug.py": TESTS, "pyproject.toml": PYPROJECT},
-    )
-    write(root, "minilib/__init__.py", SLUG)
-    return root
+    return buggy_minilib(tmp_path)
 
 
 def _endpoint(store: EpisodeStore, *roots: Path, idle_timeout_s: float = 1800.0) -> TestClient:
