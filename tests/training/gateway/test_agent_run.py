@@ -39,7 +39,11 @@ import httpx
 answer = httpx.post(
     os.environ["OPENAI_BASE_URL"] + "/chat/completions",
     headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}},
-    json={{"model": sys.argv[2], "messages": [{{"role": "user", "content": os.environ["RLIDE_TASK"]}}]}},
+    json={{
+        "model": sys.argv[2],
+        "messages": [{{"role": "user", "content": os.environ["RLIDE_TASK"]}}],
+        "max_tokens": 8,
+    }},
 ).json()
 print("the model said", answer["choices"][0]["message"]["content"])
 workspace = Path(sys.argv[1])
@@ -159,3 +163,30 @@ def test_a_group_skipped_for_equal_rewards_is_reconsidered_when_a_reward_changes
         "default", step=1, outcomes={again.key: GroupOutcome.trained}, reward_mean=0.0, reward_std=1.0
     )
     assert log_groups(store, run="default", group_size=8).items == []  # trained: used up
+
+
+def test_an_agent_runs_group_trains_a_grpo_step_on_the_student(
+    store: EpisodeStore, project: Path, tmp_path: Path
+) -> None:
+    """The loop end to end: the student (the tiny model on the cpu engine) answers the agents, rlide
+    verifies their attempts, and the worker trains one GRPO step on the run's group at the default
+    group size."""
+    pytest.importorskip("torch")
+    from training.backends.base import BackendConfig
+    from training.gateway.engines import TransformersEngine
+    from training.worker.config import WorkerConfig
+    from training.worker.loop import train
+
+    home = tmp_path / "home"
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    config = BackendConfig(path=tmp_path / "art")
+    gateway = Gateway(TransformersEngine(config), store, workspaces=WorkspaceRules((home / "attempts",)))
+    with uvicorn_on_loopback(gateway.app) as base:
+        done = run_agents(_run(base, project, home, agent, "scripted", 3))
+    assert [a.verified_reward for a in done] == [1.0, -1.0, 1.0]
+    report = train(WorkerConfig(database_url=store.url, backend=config, scenarios=None), once=True)
+    assert (report.steps_trained, report.groups_trained, report.step) == (1, 1, 1)
+    [record] = store.runs.training_steps("default")
+    assert record.reward_std is not None and record.reward_std > 0
+    assert log_groups(store, run="default", group_size=8).items == []  # used up
