@@ -171,6 +171,9 @@ class CannedEngine:
     def refresh(self) -> int:
         return 0
 
+    def at_step(self, step: int) -> CannedEngine | None:
+        return self if step == 0 else None
+
     def complete(
         self,
         messages: list[dict[str, Any]],

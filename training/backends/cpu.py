@@ -305,8 +305,13 @@ def sample_batch(
     def done(row: int, out: list[int]) -> bool:
         return len(out) >= budgets[row] or out[-1] in stops or _stop_at(tokenizer, out, asked[row].stop) is not None
 
+    # Prompts of one length need no padding: decoded as `sample_choices` decodes one, bit for bit.
+    padded = (mask, positions) if any(len(a.prompt_ids) != width for a in asked) else None
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        if padded is None:
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        else:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         sampled, lps = _decode(
             model,
             out.past_key_values,
@@ -316,7 +321,7 @@ def sample_batch(
             temperature=temperature,
             top_p=top_p,
             generator=None,
-            padded=(mask, positions),
+            padded=padded,
         )
     return [
         _choice(tokenizer, 0, sampled[row], lps[row], stops, asked[row].stop, temperature) for row in range(len(asked))

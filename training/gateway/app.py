@@ -500,6 +500,7 @@ class Gateway:
             step = self.engine.checkpoint_step
             if isinstance(body, dict) and body.get("model") not in (None, *served_names(self.alias, step)):
                 step = await anyio.to_thread.run_sync(self.engine.refresh)  # asked for a newer checkpoint?
+            engine, step = self._pinned(body, step)
             args = parse_request(body, self.alias, step)
             if episode_id is not None and args["n"] != 1:
                 raise BadRequest("a recorded episode follows one path: call with n=1")
@@ -507,7 +508,7 @@ class Gateway:
             stream, include_usage = args.pop("stream"), args.pop("include_usage")
             # One trip off the event loop per request: sample and record (committed before we answer).
             client = request.headers.get("user-agent")
-            completion = await anyio.to_thread.run_sync(self._complete, episode_id, args, client)
+            completion = await anyio.to_thread.run_sync(self._complete, engine, episode_id, args, client)
         except BadRequest as exc:
             return _error(exc.status, str(exc), code=exc.code)
         except EpisodeNotFound as exc:
@@ -517,19 +518,40 @@ class Gateway:
             return StreamingResponse(completion_events(response, include_usage), media_type="text/event-stream")
         return JSONResponse(response)
 
-    def _complete(self, episode_id: str | None, args: dict[str, Any], client: str | None) -> Completion:
-        """Sample and record: into `episode_id`, or (a call naming none) into the episode of the
-        conversation it continues, opened for it if it continues none (`conversations`)."""
-        if episode_id is not None:
-            return self._record(episode_id, args)[0]
-        if args["n"] != 1:
-            return self.engine.complete(**args)  # several answers are no one path to record
-        return self._converse(args, client)
+    def _pinned(self, body: Any, step: int) -> tuple[PolicyEngine, int]:
+        """The engine that answers the model a request names, and its step: the current checkpoint,
+        or the one a client pinned as `alias@N` while it is still served (`PolicyEngine.at_step`)."""
+        model = body.get("model") if isinstance(body, dict) else None
+        prefix = f"{self.alias}@"
+        if not isinstance(model, str) or not model.startswith(prefix) or not model[len(prefix) :].isdigit():
+            return self.engine, step
+        engine = self.engine.at_step(int(model[len(prefix) :]))
+        if engine is None:
+            raise BadRequest(
+                f"model {model!r} is served no more: this endpoint serves {self.alias!r} ({self.alias}@{step}); a"
+                " checkpoint it moved on from answers to its name for a grace period only",
+                404,
+                "model_not_found",
+            )
+        return engine, engine.checkpoint_step
 
-    def _converse(self, args: dict[str, Any], client: str | None, *, again: bool = True) -> Completion:
+    def _complete(
+        self, engine: PolicyEngine, episode_id: str | None, args: dict[str, Any], client: str | None
+    ) -> Completion:
+        """Sample from `engine` and record: into `episode_id`, or (a call naming none) into the
+        episode of the conversation it continues, opened for it if it continues none (`conversations`)."""
+        if episode_id is not None:
+            return self._record(engine, episode_id, args)[0]
+        if args["n"] != 1:
+            return engine.complete(**args)  # several answers are no one path to record
+        return self._converse(engine, args, client)
+
+    def _converse(
+        self, engine: PolicyEngine, args: dict[str, Any], client: str | None, *, again: bool = True
+    ) -> Completion:
         episode_id = self.conversations.claim(args, lambda: self._open_conversation(args, client))
         try:
-            completion, turn = self._record(episode_id, args)
+            completion, turn = self._record(engine, episode_id, args)
             self.conversations.recorded(episode_id, turn)
             return completion
         except BadRequest as exc:
@@ -538,7 +560,7 @@ class Gateway:
             self.conversations.drop(episode_id)  # it ended since its last turn (idle, or by hand)
         finally:
             self.conversations.release(episode_id)
-        return self._converse(args, client, again=False)
+        return self._converse(engine, args, client, again=False)
 
     def _open_conversation(self, args: dict[str, Any], client: str | None) -> str:
         first = next((m.get("content") for m in args["messages"] if m.get("role") == "user"), None)
@@ -550,7 +572,7 @@ class Gateway:
         )
         return episode.id
 
-    def _record(self, episode_id: str, args: dict[str, Any]) -> tuple[Completion, EncodedTurn]:
+    def _record(self, engine: PolicyEngine, episode_id: str, args: dict[str, Any]) -> tuple[Completion, EncodedTurn]:
         context = self.last_turns.get(episode_id)
         if context is None:  # the episode's first turn through this process: one read
             context = self.store.turns.turn_context(episode_id)
@@ -559,7 +581,7 @@ class Gateway:
         # Redacted once: the conversation is compared with the stored (redacted) last turn, and the
         # same value is what the log stores; the engine samples from the messages as sent.
         request = redacted_request(args, context)
-        completion = self.engine.complete(**args, prior=prior_turn(context, request.data["messages"]))
+        completion = engine.complete(**args, prior=prior_turn(context, request.data["messages"]))
         # The client gets the completion as sampled; the log gets it redacted (messages, content,
         # tool-call arguments), with token ids and logprobs exact: see `policy_turns.redact_choice`.
         turn = EncodedTurn.of(

@@ -85,6 +85,10 @@ class PolicyEngine(Protocol):
     def refresh(self) -> int:
         """Pick up a newer checkpoint if there is one; return the step now served."""
 
+    def at_step(self, step: int) -> PolicyEngine | None:
+        """What serves checkpoint `step` (a client's pinned `student@{step}`): this engine when it is
+        the current step, the one before it during its grace period; None when it is served no more."""
+
     def complete(
         self,
         messages: list[dict[str, Any]],
@@ -108,6 +112,9 @@ class PolicyEngine(Protocol):
 
 MAX_BATCH = 8
 """Requests decoded together at most: past this a CPU step's cost grows with the rows, not the gain."""
+PINNED_GRACE_S = 300.0
+"""How long a cpu endpoint keeps answering `student@{step}` of the checkpoint it moved on from: an
+agent that pinned it finishes its attempt on one policy (its turns stay comparable in a group)."""
 
 
 @dataclass
@@ -143,10 +150,14 @@ class TransformersEngine:
         pinned: int | None = None,
         threads: int | None = None,
         max_batch: int = MAX_BATCH,
+        grace_s: float = PINNED_GRACE_S,
+        loaded: tuple[Any, Any, int] | None = None,
     ) -> None:
         """`threads`: the torch threads it decodes with (None: the process's setting, as `rlide eval`
         wants on a machine of its own; `serving_threads` for an endpoint beside agents).
-        `max_batch`: requests decoded together at most (1: one at a time)."""
+        `max_batch`: requests decoded together at most (1: one at a time). `grace_s`: how long the
+        checkpoint it moved on from still answers to its pinned name (`at_step`). `loaded`: the
+        (model, tokenizer, step) it serves, already in memory, instead of loading its checkpoint."""
         if threads is not None:
             import torch
 
@@ -155,9 +166,12 @@ class TransformersEngine:
         self.model_id = config.model_name
         self.reload_interval_s = reload_interval_s
         self.pinned = pinned
-        if pinned is not None and pinned not in checkpoint_steps(config.model_dir()):
+        if loaded is None and pinned is not None and pinned not in checkpoint_steps(config.model_dir()):
             raise BackendError(f"run {config.run!r} has no checkpoint {pinned} under {config.model_dir()}")
         self.max_batch = max_batch
+        self.grace_s = grace_s
+        self._previous: tuple[TransformersEngine, float] | None = None
+        """The checkpoint it moved on from, as an engine of its own, and until when it answers."""
         self.batch_sizes: collections.Counter[int] = collections.Counter()
         """How many batches of each size it decoded (what the tests and benchmarks read)."""
         self._lock = threading.Lock()
@@ -167,7 +181,11 @@ class TransformersEngine:
         self._checked = 0.0
         self._model: Any = None
         self._tokenizer: Any = None
-        self._maybe_reload(force=True)
+        if loaded is not None:
+            self._model, self._tokenizer, self._step = loaded
+            self._checked = time.monotonic()
+        else:
+            self._maybe_reload(force=True)
 
     @property
     def checkpoint_step(self) -> int:
@@ -182,8 +200,23 @@ class TransformersEngine:
             self._maybe_reload()
         return self.checkpoint_step
 
+    def at_step(self, step: int) -> PolicyEngine | None:
+        if step == self.checkpoint_step:
+            return self
+        previous = self._previous
+        if previous is not None and previous[0].checkpoint_step == step and time.monotonic() < previous[1]:
+            return previous[0]
+        return None
+
+    def _frozen(self) -> TransformersEngine:
+        """This engine's current checkpoint as an engine of its own that never reloads."""
+        loaded = (self._model, self._tokenizer, self._step)
+        return TransformersEngine(self.config, pinned=self._step, max_batch=self.max_batch, grace_s=0.0, loaded=loaded)
+
     def _maybe_reload(self, force: bool = False) -> None:
         now = time.monotonic()
+        if self._previous is not None and now >= self._previous[1]:
+            self._previous = None  # its grace is over: its weights are freed
         if not force and now - self._checked < self.reload_interval_s:
             return
         self._checked = now
@@ -192,6 +225,9 @@ class TransformersEngine:
         if latest == self._step and self._model is not None:
             return
         from training.backends.cpu import base_model_dir, load_policy, undo_art_mask_patch
+
+        if self._model is not None and self.grace_s > 0:
+            self._previous = (self._frozen(), now + self.grace_s)
 
         undo_art_mask_patch()
         adapter = self.config.checkpoint_dir(latest) if latest else None
@@ -395,6 +431,10 @@ class ProxyEngine:
             )
         self._step = usable[-1]
         return self._step
+
+    def at_step(self, step: int) -> PolicyEngine | None:
+        # The upstream names its checkpoints; this endpoint forwards the one it serves now.
+        return self if step == self.checkpoint_step else None
 
     def complete(
         self,

@@ -150,6 +150,19 @@ def test_episode_calls_are_recorded_exactly_and_train(setup: tuple[Gateway, Test
     assert client_for(http).models.list().data[0].model_extra["checkpoint_step"] == 1
     resp = client_for(http).chat.completions.create(model="student", messages=[{"role": "user", "content": "x"}])
     assert resp.system_fingerprint == "student@1"
+    # An agent that pinned the checkpoint before keeps it through the grace period (`PINNED_GRACE_S`),
+    # recorded as that step's turn, so its attempt is one policy's.
+    episode_id = http.post("/episodes", json={"task": "Write a number."}).json()["episode_id"]
+    pinned = client_for(http, episode_id).chat.completions.create(
+        model="student@0", messages=[{"role": "user", "content": "x"}], max_tokens=4
+    )
+    assert pinned.system_fingerprint == "student@0"
+    [turn] = store.turns.policy_turns(episode_id)
+    assert (turn.model, turn.checkpoint_step) == ("student@0", 0)
+    # Without a grace period (or past it) the name is served no more: a 404 naming what is.
+    fresh = TestClient(Gateway(TransformersEngine(config, grace_s=0.0), store).app)
+    with pytest.raises(openai.NotFoundError, match="served no more.*student@1"):
+        client_for(fresh).chat.completions.create(model="student@0", messages=[{"role": "user", "content": "x"}])
 
 
 def test_a_redacted_turn_is_still_continued_token_in_token_out(
