@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
+from envpool.sandbox import sandbox_python
 from envpool.sandbox.base import RunRequest, RunResult
-from envpool.sandbox.project_env import editable_paths, project_site, sandbox_python
+from envpool.sandbox.sites import editable_paths, project_site
 from episodes.records import EpisodeSource
 from episodes.store import EpisodeStore
 from mcp_server.settings import Settings
+from training.recording.verification_hub import VerificationHub
 from training.scenarios.verification import EpisodeVerification, ProjectSetup
-from training.scenarios.verification_hub import VerificationHub
 
 if TYPE_CHECKING:
     from envpool.pool import EnvPool
@@ -85,7 +86,7 @@ class ExecutionHub:
 
 
 def verification_hub(settings: Settings, store: EpisodeStore, execution: ExecutionHub) -> VerificationHub:
-    """The verifier of this server's episodes (`training.scenarios.verification_hub`): those of the
+    """The verifier of this server's episodes (`training.recording.verification_hub`): those of the
     served workspace, run in the execution pool, which sees its virtualenv."""
 
     async def run(request: RunRequest) -> RunResult:

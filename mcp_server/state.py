@@ -14,7 +14,7 @@ from mcp_server.execution import ExecutionHub
 from mcp_server.middleware import EpisodeRecorder
 from mcp_server.settings import Settings
 from mcp_server.workspaces import WorkspaceHub
-from training.scenarios.verification_hub import VerificationHub
+from training.recording.verification_hub import VerificationHub
 
 
 @dataclass

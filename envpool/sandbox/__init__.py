@@ -6,6 +6,7 @@ extra, needs a running engine), `unsafe-local` (no isolation; only when asked fo
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from envpool.sandbox.base import (
@@ -44,6 +45,18 @@ def make_sandbox(name: str = DEFAULT_BACKEND, **options: Any) -> Sandbox:
     raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
+def sandbox_python(sandbox: str) -> str | None:
+    """The `major.minor` of the Python that `sandbox` runs programs with, or None where no project
+    virtualenv is bound (unsafe-local, or a docker image that does not say)."""
+    if sandbox.startswith("bwrap"):  # the host's own interpreter, bound read-only
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    if sandbox == "docker":
+        from envpool.sandbox.docker import image_python
+
+        return image_python()
+    return None
+
+
 def backend_problems() -> dict[str, str | None]:
     """For `rlide doctor`: each backend -> None if it can run here, else why not. Starts nothing."""
     from envpool.sandbox.bwrap import bwrap_available
@@ -71,6 +84,7 @@ __all__ = [
     "SandboxUnavailable",
     "TestRunRequest",
     "backend_problems",
+    "sandbox_python",
     "make_sandbox",
     "prepare_test_run",
     "run_tests",

@@ -25,9 +25,9 @@ from episodes.records import (
 from mcp_server.middleware import client_name, note_step
 from mcp_server.result_size import clip, fit_count
 from mcp_server.state import AppState, app_state
-from training.scenarios.capture import capture
+from training.recording.capture import capture
+from training.recording.verification_hub import describe_verifier
 from training.scenarios.snapshots import GitSnapshots, Snapshot, SnapshotUnavailable
-from training.scenarios.verification_hub import describe_verifier
 
 log = structlog.get_logger(__name__)
 

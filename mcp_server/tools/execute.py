@@ -35,9 +35,9 @@ from mcp_server.result_size import fit_result
 from mcp_server.settings import Settings
 from mcp_server.state import app_state
 from mcp_server.tools.episodes import EpisodeId, progress_while
-from training.scenarios.capture import capture
+from training.recording.capture import capture
+from training.recording.verification_hub import describe_verifier
 from training.scenarios.snapshots import GitSnapshots, NotAWorkingTree, Snapshot, SnapshotUnavailable
-from training.scenarios.verification_hub import describe_verifier
 
 Files = Annotated[
     dict[str, str] | None,

@@ -24,7 +24,7 @@ from episodes.store import EpisodeStore
 from tests.git_repos import git, plain_venv
 from tests.mcp_calls import call_ok
 from training.data.export import export
-from training.scenarios.capture import capture
+from training.recording.capture import capture
 from training.scenarios.snapshots import unified_diff
 
 CALC = "def add(a, b):\n    return a - b\n"

@@ -232,7 +232,8 @@ async def test_run_tests_starts_from_the_served_workspace(tmp_path: Path) -> Non
 
 
 def test_a_project_site_is_one_the_sandboxs_python_can_load(tmp_path: Path) -> None:
-    from envpool.sandbox.project_env import project_site, sandbox_python
+    from envpool.sandbox import sandbox_python
+    from envpool.sandbox.sites import project_site
 
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     assert sandbox_python("bwrap") == sandbox_python("bwrap-fresh") == python
@@ -286,7 +287,7 @@ async def test_a_src_layout_project_installed_editable_imports_itself_in_the_san
 def test_editable_paths_are_the_workspace_folders_pth_files_add(tmp_path: Path) -> None:
     """Path lines and setuptools' finder mappings (a flat layout's editable install), both from
     real installs; a folder outside the workspace, code lines and comments give nothing."""
-    from envpool.sandbox.project_env import editable_paths
+    from envpool.sandbox.sites import editable_paths
 
     flat = tmp_path / "flat"
     (flat / "mypkg").mkdir(parents=True)

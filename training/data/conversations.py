@@ -3,7 +3,7 @@
 An `external` episode (the IDE's model acted) becomes: the task as the user turn, each recorded tool
 call as an assistant tool call (its arguments as the agent sent them) followed by its whole result as
 a tool turn, and the final assistant turn: the summary, then the agent's work as a diff (the served
-workspace from its first state to its end state, `training.scenarios.capture`), since the IDE's own edits
+workspace from its first state to its end state, `training.recording.capture`), since the IDE's own edits
 are no tool call of ours. A `policy` episode (our student acted through the gateway) is rebuilt from its
 recorded turns, so its assistant turns are exactly what was sampled.
 """

@@ -74,9 +74,9 @@ from training.gateway.conversations import Conversations, LastTurns, prior_turn,
 from training.gateway.engines import BadRequest, Completion, PolicyEngine, policy_engine
 from training.gateway.episode_keys import EPISODE_HEADER, KEY_PATHS, episode_of, is_episode_key, mint
 from training.gateway.workspaces import EpisodeWorkspaces, WorkspaceRules
-from training.scenarios.capture import capture
+from training.recording.capture import capture
+from training.recording.verification_hub import describe_verifier
 from training.scenarios.snapshots import GitSnapshots, Snapshot, SnapshotUnavailable
-from training.scenarios.verification_hub import describe_verifier
 
 MAX_TOKENS_LIMIT = 4096
 FORWARDED_OPTIONS = (

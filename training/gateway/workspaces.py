@@ -2,7 +2,7 @@
 
 An agent's episode started with `POST /episodes {"workspace": DIR}` is recorded as an IDE agent's
 is over MCP: its workspace state at the start (the commit, every uncommitted change) and at the
-end, and the project's own verifier run in the sandbox (`training.scenarios.verification_hub`):
+end, and the project's own verifier run in the sandbox (`training.recording.verification_hub`):
 the tests failing at the start are the task, and the end state is judged against them by rlide.
 What the caller posts at the end (its outcome, its reward) stays a claim beside that evidence.
 
@@ -19,12 +19,12 @@ from pathlib import Path
 import structlog
 
 from common.allowed_folders import FolderNotAllowed, allowed_folder
-from envpool.sandbox import Sandbox, make_sandbox
-from envpool.sandbox.project_env import editable_paths, project_site, sandbox_python
+from envpool.sandbox import Sandbox, make_sandbox, sandbox_python
+from envpool.sandbox.sites import editable_paths, project_site
 from episodes.records import EpisodeSource
 from episodes.store import EpisodeStore
+from training.recording.verification_hub import VerificationHub
 from training.scenarios.verification import EpisodeVerification, ProjectSetup
-from training.scenarios.verification_hub import VerificationHub
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,7 @@ and untracked files that hold credentials too (`memory.indexing.files.is_secret_
 a `.docker/config.json` nobody committed; the sandbox's output reaches the agent);
 its `commit` is HEAD's id, so a run recorded with it can be re-checked from the commit later.
 `GitSnapshots.changes(repo)` reads only what differs from HEAD (the served workspace's state at each
-tool call of an episode: `training.scenarios.capture`), `texts_at` what those paths held at a commit, and
+tool call of an episode: `training.recording.capture`), `texts_at` what those paths held at a commit, and
 `unified_diff` turns two such file sets into a diff `patch -p1` applies.
 
 Untracked folders that hold installed or generated files are left out as the indexer leaves them

@@ -1,6 +1,6 @@
 """Episodes a scaffold starts at the policy endpoint with a workspace: the start and end states are
 captured and rlide's own run of the project's tests is the verified reward
-(`training/gateway/workspaces.py`, `training/scenarios/verification_hub.py`); what the caller posts
+(`training/gateway/workspaces.py`, `training/recording/verification_hub.py`); what the caller posts
 at the end is a claim. Driven over HTTP (starlette's TestClient, which runs the endpoint's lifespan)
 with a real git project, a real bubblewrap sandbox and the real pytest verifier; the engine is
 `CannedEngine`, since what is under test is capture and judgement, not sampling.

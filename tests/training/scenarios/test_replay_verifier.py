@@ -17,9 +17,9 @@ import pytest
 from episodes.records import EpisodeStatus, StateKind
 from episodes.store import EpisodeStore
 from tests.git_repos import git
+from training.recording.capture import capture
 from training.scenarios import verification
 from training.scenarios.base import Scenario, check_verifier, scenarios_from_log, verify
-from training.scenarios.capture import capture
 from training.scenarios.sandbox_runner import SandboxRunner
 from training.scenarios.snapshots import GitSnapshots, unified_diff
 from training.scenarios.verification import EpisodeVerification, ProjectSetup

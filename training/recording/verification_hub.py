@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from episodes.records import EpisodeSource, EpisodeVerifier, StateKind, VerifierState, VerifierVerdict
 from episodes.store import EpisodeStore
-from training.scenarios.capture import capture
+from training.recording.capture import capture
 from training.scenarios.errors import VerifierUnavailable
 from training.scenarios.snapshots import Snapshot
 from training.scenarios.verification import EpisodeVerification
