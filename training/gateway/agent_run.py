@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
+from envpool.sandbox.sites import VENV_NAMES
 from training.scenarios.snapshots import GitSnapshots, Snapshot
 
-VENV_NAMES = (".venv", "venv")
 PLACEHOLDERS = ("base_url", "api_key", "task", "workspace", "model")
 """What a command's arguments may name in braces: `{base_url}` and so on."""
 
